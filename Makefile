@@ -1,0 +1,31 @@
+# Two commands do everything: `make demo` (install, then synthesize and verify a default schedule)
+# and `make test`. CI (.ci/run) calls `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+COLLS := $(VENV)/bin/colls
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: install
+	@mkdir -p out
+	$(COLLS) synth --hardware dgx-a100 --nodes 2 --collective allreduce --method ring -o out/allreduce-dgx-a100-x2.xml
+	$(COLLS) verify out/allreduce-dgx-a100-x2.xml --hardware dgx-a100 --nodes 2
+
+test: install
+	$(PY) -m pytest
+
+bench: install
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache

@@ -1,0 +1,98 @@
+"""The MSCCL program: the runtime's own model, four small dataclasses (gpu -> threadblocks -> steps).
+
+Field names follow the XML attributes one to one. A Program read from someone else's file may lack
+attributes; those fields are ``None`` and :mod:`colls.verify` reports them. :mod:`colls.msccl` turns a
+Program into the loader's exact text and back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+STEP_TYPES = ("s", "r", "rcs", "rrs", "rrc", "rrcs", "cpy", "re", "nop")
+# What each instruction does: (sends, receives, reads local src, writes local dst, reduces)
+STEP_SEMANTICS = {
+    "s":    (True,  False, True,  False, False),
+    "r":    (False, True,  False, True,  False),
+    "rcs":  (True,  True,  False, True,  False),
+    "rrs":  (True,  True,  True,  False, True),
+    "rrc":  (False, True,  True,  True,  True),
+    "rrcs": (True,  True,  True,  True,  True),
+    "cpy":  (False, False, True,  True,  False),
+    "re":   (False, False, True,  True,  True),
+    "nop":  (False, False, False, False, False),
+}
+PROTOCOLS = ("Simple", "LL128", "LL")
+
+
+def sends(step_type: str) -> bool:
+    return STEP_SEMANTICS.get(step_type, (False,) * 5)[0]
+
+
+def receives(step_type: str) -> bool:
+    return STEP_SEMANTICS.get(step_type, (False,) * 5)[1]
+
+
+@dataclass
+class Step:
+    s: int | None
+    type: str | None
+    srcbuf: str | None = "i"
+    srcoff: int | None = -1
+    dstbuf: str | None = "o"
+    dstoff: int | None = -1
+    cnt: int | None = 0
+    depid: int | None = -1
+    deps: int | None = -1
+    hasdep: int | None = 0
+    line: int | None = None  # where it was read from, for findings
+
+
+@dataclass
+class Threadblock:
+    id: int | None
+    send: int | None = -1
+    recv: int | None = -1
+    chan: int | None = 0
+    steps: list[Step] = field(default_factory=list)
+    line: int | None = None
+
+
+@dataclass
+class Gpu:
+    id: int | None
+    i_chunks: int | None = 0
+    o_chunks: int | None = 0
+    s_chunks: int | None = 0
+    tbs: list[Threadblock] = field(default_factory=list)
+    line: int | None = None
+
+
+@dataclass
+class Program:
+    """One ``<algo>``. ``extra`` keeps attributes the runtimes do not read (``redop`` from TACCL, ...)."""
+
+    name: str | None
+    coll: str | None
+    ngpus: int | None
+    nchunksperloop: int | None
+    nchannels: int | None
+    proto: str | None = "Simple"
+    inplace: int | None = 0
+    outofplace: int | None = 1
+    min_bytes: int | None = 0
+    max_bytes: int | None = 0
+    gpus: list[Gpu] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+    def gpu(self, rank: int) -> Gpu:
+        for g in self.gpus:
+            if g.id == rank:
+                return g
+        raise KeyError(rank)
+
+    def max_steps(self) -> int:
+        return max((len(tb.steps) for g in self.gpus for tb in g.tbs), default=0)
+
+    def max_tbs(self) -> int:
+        return max((len(g.tbs) for g in self.gpus), default=0)

@@ -1,0 +1,242 @@
+"""The neutral Schedule: which chunks go from which GPU to which, copy or reduce, in what order, over
+which physical route. It knows nothing of MSCCL; :mod:`colls.lower` turns it into a Program.
+
+Semantics (step-synchronous). Ops run in increasing ``step``; every op of step ``t`` reads the state left
+by steps ``< t`` and ops of one step must not touch each other's chunks (one may not write what another
+reads or writes). A step is a logical time, not a barrier: the lowering keeps only the dependencies the
+data needs, so independent work overlaps on the GPU.
+
+An :class:`Op` moves ``count`` consecutive chunks from ``src`` rank's ``src_buf[src_index:]`` to ``dst``
+rank's ``dst_buf[dst_index:]`` (``src == dst`` is a local copy or reduce). With ``reduce`` set to a slot
+``(buf, index)`` of ``dst``, the result is ``reduce-operand (+) data`` instead of ``data``. The destination
+buffer ``"t"`` means "in flight": the result is not stored, and exactly one later op from ``dst`` must send
+it on (``src_buf == "t"``, same index); the lowering fuses the pair into one ``rrs`` instruction.
+
+``lane`` names the parallel pipeline (a ring, a tree) an op belongs to; lanes become channels.
+``route`` is the physical path (from :meth:`Topology.route`) that the transfer's bytes use.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+
+from colls.collectives import Collective, SymbolicError, reduce_values
+from colls.errors import CollsError
+
+BUFFERS = ("i", "o", "s")
+TRANSIENT = "t"
+
+
+@dataclass(frozen=True, order=True)
+class Op:
+    step: int
+    src: int
+    dst: int
+    src_buf: str
+    src_index: int
+    dst_buf: str
+    dst_index: int
+    count: int = 1
+    reduce: tuple[str, int] | None = None
+    lane: int = 0
+    route: tuple = ()
+
+    @property
+    def local(self) -> bool:
+        return self.src == self.dst
+
+    def src_slots(self):
+        return [(self.src, self.src_buf, self.src_index + k) for k in range(self.count)]
+
+    def dst_slots(self):
+        return [(self.dst, self.dst_buf, self.dst_index + k) for k in range(self.count)]
+
+    def operand_slots(self):
+        if self.reduce is None:
+            return []
+        b, i = self.reduce
+        return [(self.dst, b, i + k) for k in range(self.count)]
+
+    def describe(self) -> str:
+        what = "reduce" if self.reduce else "copy"
+        return (f"step {self.step} lane {self.lane}: {what} {self.count} chunk(s) "
+                f"rank {self.src} {self.src_buf}[{self.src_index}] -> rank {self.dst} "
+                f"{self.dst_buf}[{self.dst_index}]")
+
+
+@dataclass
+class Schedule:
+    """A collective's chunk transfers. ``scratch`` = scratch chunks per rank; ``info`` = method facts
+    (for the summary and ``--json``: ring orders, tree counts, optimality notes)."""
+
+    collective: Collective
+    ops: list[Op]
+    method: str
+    scratch: int = 0
+    info: dict = field(default_factory=dict)
+
+    @property
+    def nranks(self) -> int:
+        return self.collective.nranks
+
+    @property
+    def lanes(self) -> list[int]:
+        return sorted({op.lane for op in self.ops})
+
+    @property
+    def nsteps(self) -> int:
+        return 1 + max((op.step for op in self.ops), default=-1)
+
+    def sorted_ops(self) -> list[Op]:
+        return sorted(self.ops, key=lambda op: (op.step, op.lane, op.src, op.dst, op.dst_buf,
+                                                op.dst_index, op.src_buf, op.src_index))
+
+    # --- replication ----------------------------------------------------------------------------------
+    def replicate(self, instances: int) -> "Schedule":
+        """``instances`` independent copies, each on its own lanes and 1/instances of every chunk.
+
+        Chunk ``j`` becomes chunks ``j*instances + k`` (copy k), so the chunk factor grows by
+        ``instances`` and each copy keeps its own slice of every original chunk (interleaved, as
+        msccl-tools' replication does). A multi-chunk op stays one op of ``count*instances``
+        chunks only when instances == 1, so each copy's op covers its own stride of chunks.
+        """
+        if instances == 1:
+            return self
+        if instances < 1:
+            raise CollsError(f"--instances must be >= 1, got {instances}")
+        nl = max(self.lanes, default=0) + 1
+        ops = []
+        for op in self.ops:
+            for k in range(instances):
+                for m in range(op.count):
+                    ops.append(replace(
+                        op, count=1,
+                        src_index=(op.src_index + m) * instances + k,
+                        dst_index=(op.dst_index + m) * instances + k,
+                        reduce=None if op.reduce is None else
+                        (op.reduce[0], (op.reduce[1] + m) * instances + k),
+                        lane=op.lane + k * nl))
+        return Schedule(self.collective.with_chunks(self.collective.chunks * instances), ops,
+                        self.method, self.scratch * instances, dict(self.info, instances=instances))
+
+    # --- checks ---------------------------------------------------------------------------------------
+    def check(self) -> None:
+        """Raise CollsError unless the schedule is well formed and computes its collective out of place.
+
+        This is the synthesizers' own test; the written file is proven separately by :mod:`colls.verify`.
+        """
+        coll = self.collective
+        n = coll.nranks
+        state: dict = {}
+        for r in range(n):
+            for j in range(coll.in_chunks):
+                state[(r, "i", j)] = coll.input_value(r, j)
+        in_flight: dict = {}
+        by_step: dict[int, list[Op]] = defaultdict(list)
+        for op in self.ops:
+            self._check_shape(op)
+            by_step[op.step].append(op)
+        for t in sorted(by_step):
+            ops = by_step[t]
+            reads, writes = {}, {}
+            for op in ops:
+                for s in op.src_slots() + op.operand_slots():
+                    if s[1] != "t":
+                        reads.setdefault(s, op)
+                for s in op.dst_slots():
+                    if s[1] == "t":
+                        continue
+                    if s in writes:
+                        raise CollsError(f"{op.describe()} and {writes[s].describe()} write the same chunk")
+                    writes[s] = op
+            for s, op in writes.items():
+                if s in reads and reads[s] is not op:
+                    raise CollsError(f"{op.describe()} writes a chunk that {reads[s].describe()} reads "
+                                     f"in the same step")
+            updates = {}
+            for op in ops:
+                for k, (src, dst) in enumerate(zip(op.src_slots(), op.dst_slots())):
+                    if src[1] == "t":
+                        if src not in in_flight:
+                            raise CollsError(f"{op.describe()} forwards an in-flight value that does "
+                                             f"not exist")
+                        val = in_flight.pop(src)
+                    else:
+                        val = state.get(src)
+                    if val is None:
+                        raise CollsError(f"{op.describe()} reads an uninitialised chunk")
+                    if op.reduce is not None:
+                        operand = op.operand_slots()[k]
+                        try:
+                            val = reduce_values(state.get(operand), val)
+                        except SymbolicError as e:
+                            raise CollsError(f"{op.describe()} {e}") from None
+                    updates[dst] = val
+            for dst, val in updates.items():
+                if dst[1] == "t":
+                    if dst in in_flight:
+                        raise CollsError(f"rank {dst[0]} has two in-flight values t[{dst[2]}]")
+                    in_flight[dst] = val
+                else:
+                    state[dst] = val
+        if in_flight:
+            slot = sorted(in_flight)[0]
+            raise CollsError(f"rank {slot[0]}'s in-flight value t[{slot[2]}] is never sent on")
+        for r in range(n):
+            for j in range(coll.in_chunks):
+                if state[(r, "i", j)] != coll.input_value(r, j):
+                    raise CollsError(f"rank {r} overwrites its input chunk {j}")
+            problems = coll.check_outputs(r, lambda j, r=r: state.get((r, "o", j)))
+            if problems:
+                raise CollsError(f"{self.method} {coll.kind}: rank {r}: {problems[0]}")
+
+    def _check_shape(self, op: Op) -> None:
+        coll = self.collective
+        if not (0 <= op.src < coll.nranks and 0 <= op.dst < coll.nranks):
+            raise CollsError(f"{op.describe()} names a rank outside 0..{coll.nranks - 1}")
+        if op.count < 1:
+            raise CollsError(f"{op.describe()} moves no chunk")
+        for buf, idx, who in ((op.src_buf, op.src_index, "source"), (op.dst_buf, op.dst_index, "target")):
+            if buf == TRANSIENT:
+                continue
+            if buf not in BUFFERS:
+                raise CollsError(f"{op.describe()} names buffer {buf!r}")
+            if not (0 <= idx and idx + op.count <= coll.size(buf, self.scratch)):
+                raise CollsError(f"{op.describe()}: {who} is outside buffer {buf}")
+        if op.dst_buf == TRANSIENT and (op.local or op.reduce is None):
+            raise CollsError(f"{op.describe()}: only a received reduction may stay in flight")
+        if op.src_buf == TRANSIENT and op.local:
+            raise CollsError(f"{op.describe()}: an in-flight value can only be sent to another rank")
+
+    # --- bandwidth model ------------------------------------------------------------------------------
+    def link_loads(self, topology) -> dict:
+        """Chunks carried by each physical link (u, v), summed over all ops and their routes."""
+        loads: dict = defaultdict(int)
+        for op in self.ops:
+            if op.local:
+                continue
+            route = op.route or topology.route(op.src, op.dst)
+            if route is None:
+                raise CollsError(f"{op.describe()}: no physical route from rank {op.src} to {op.dst}")
+            for u, v in zip(route, route[1:]):
+                loads[(u, v)] += op.count
+        return dict(loads)
+
+    def model_algbw(self, topology) -> tuple[Fraction, tuple | None]:
+        """Bandwidth-model algbw in GB/s: total data / max over links of (bytes carried / bandwidth).
+
+        Total data is the nccl-tests ``S`` (the larger of the input and output buffers, across the
+        collective: ``nchunksperloop`` chunks). Returns (algbw, the busiest link).
+        """
+        loads = self.link_loads(topology)
+        total = self.collective.nchunksperloop
+        worst, link = Fraction(0), None
+        for (u, v), chunks in sorted(loads.items(), key=lambda kv: str(kv[0])):
+            t = Fraction(chunks) / topology.bw(u, v)
+            if t > worst:
+                worst, link = t, (u, v)
+        if worst == 0:
+            return Fraction(0), None
+        return Fraction(total) / worst, link

@@ -1,0 +1,201 @@
+"""The Topology: a directed graph of GPUs, switches and NICs with per-link bandwidth and latency.
+
+Conventions (every module relies on them):
+
+- GPU vertices are the ints ``0 .. ngpus-1``; the int is the GPU's MSCCL rank. Every other vertex is a
+  string (``"n0.nvswitch"``, ``"n1.nic3.tx"``, ``"rail3"``).
+- Vertex attributes: ``kind`` (``"gpu"``, ``"switch"`` or ``"nic"``), ``node`` (the node index, or
+  ``None`` for a vertex of the network between nodes) and ``label`` (words for people). GPUs also carry
+  ``local`` (index inside their node), ``model`` and ``sms`` (streaming multiprocessors or compute units:
+  the runtime keeps all threadblocks resident, so this caps threadblocks per GPU).
+- Edge attributes: ``bw`` (GB/s in that direction, a :class:`~fractions.Fraction` so that bounds can be
+  exact), ``latency`` (microseconds, float), ``cls`` (the link-class name from the profile) and
+  ``count`` (parallel physical links folded into this edge; ``bw`` is their sum).
+- A GPU never forwards traffic in hardware: a physical route between two GPUs passes only through switch
+  and NIC vertices; a route between two GPUs of one node never leaves that node.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Hashable, Iterator
+
+import networkx as nx
+
+from colls.errors import CollsError
+
+GPU = "gpu"
+SWITCH = "switch"
+NIC = "nic"
+
+Vertex = Hashable
+Route = tuple  # (src_gpu, v1, ..., dst_gpu)
+
+
+def vertex_key(v: Vertex) -> tuple:
+    """A total order over mixed int/str vertices: GPUs first by rank, then other vertices by name."""
+    return (0, v, "") if isinstance(v, int) else (1, 0, str(v))
+
+
+def as_fraction(value) -> Fraction:
+    """Exact value of a number read from a file (``12.5`` becomes 25/2, not a binary float)."""
+    if isinstance(value, Fraction):
+        return value
+    if isinstance(value, bool):
+        raise TypeError("a boolean is not a number")
+    if isinstance(value, int):
+        return Fraction(value)
+    return Fraction(str(value))
+
+
+@dataclass
+class Topology:
+    """A machine or a cluster of machines as a directed graph (see the module docstring)."""
+
+    name: str
+    graph: nx.DiGraph
+    nodes: int = 1
+    gpus_per_node: int = 0
+    meta: dict = field(default_factory=dict)
+    _routes: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    # --- vertices -------------------------------------------------------------------------------------
+    @property
+    def ngpus(self) -> int:
+        return sum(1 for _, k in self.graph.nodes(data="kind") if k == GPU)
+
+    @property
+    def gpus(self) -> list[int]:
+        return sorted(v for v, k in self.graph.nodes(data="kind") if k == GPU)
+
+    def kind(self, v: Vertex) -> str:
+        return self.graph.nodes[v]["kind"]
+
+    def node_of(self, v: Vertex) -> int | None:
+        return self.graph.nodes[v].get("node")
+
+    def label(self, v: Vertex) -> str:
+        data = self.graph.nodes[v]
+        return data.get("label") or (f"GPU {v}" if data["kind"] == GPU else str(v))
+
+    def sms(self, rank: int) -> int:
+        return int(self.graph.nodes[rank]["sms"])
+
+    def min_sms(self) -> int:
+        return min(self.sms(r) for r in self.gpus)
+
+    def vertices(self) -> list[Vertex]:
+        return sorted(self.graph.nodes, key=vertex_key)
+
+    # --- links ----------------------------------------------------------------------------------------
+    def bw(self, u: Vertex, v: Vertex) -> Fraction:
+        return self.graph.edges[u, v]["bw"]
+
+    def latency(self, u: Vertex, v: Vertex) -> float:
+        return float(self.graph.edges[u, v]["latency"])
+
+    def links(self) -> Iterator[tuple[Vertex, Vertex, dict]]:
+        """Every directed link, in a deterministic order."""
+        for u, v in sorted(self.graph.edges, key=lambda e: (vertex_key(e[0]), vertex_key(e[1]))):
+            yield u, v, self.graph.edges[u, v]
+
+    def reversed(self) -> "Topology":
+        """The same machine with every link turned around (reduce-scatter is allgather on this)."""
+        return Topology(self.name + " (reversed)", self.graph.reverse(copy=True), self.nodes,
+                        self.gpus_per_node, dict(self.meta))
+
+    def validate(self, source: str = "topology") -> None:
+        """Raise CollsError unless the graph follows the conventions above."""
+        g = self.graph
+        ranks = self.gpus
+        if not ranks:
+            raise CollsError("has no GPUs", source=source)
+        if ranks != list(range(len(ranks))):
+            raise CollsError(f"GPU ranks must be 0..{len(ranks) - 1}, found {ranks}", source=source)
+        for v, data in g.nodes(data=True):
+            if data.get("kind") not in (GPU, SWITCH, NIC):
+                raise CollsError(f"vertex {v!r} has kind {data.get('kind')!r}", source=source)
+            if data["kind"] == GPU and not (isinstance(v, int) and int(data.get("sms", 0)) > 0):
+                raise CollsError(f"GPU {v!r} needs an int id and a positive SM count", source=source)
+            if data["kind"] != GPU and not isinstance(v, str):
+                raise CollsError(f"non-GPU vertex {v!r} must have a string id", source=source)
+        for u, v, data in g.edges(data=True):
+            if u == v:
+                raise CollsError(f"link {u}->{v} is a self-loop", source=source)
+            bw = data.get("bw")
+            if not isinstance(bw, Fraction) or bw <= 0:
+                raise CollsError(f"link {u}->{v} needs a positive bandwidth", source=source)
+            if float(data.get("latency", -1)) < 0:
+                raise CollsError(f"link {u}->{v} needs a latency >= 0", source=source)
+
+    # --- routes ---------------------------------------------------------------------------------------
+    def route(self, a: int, b: int) -> Route | None:
+        """The physical path a direct send from rank ``a`` to rank ``b`` takes, or None if there is none.
+
+        The widest path (largest bottleneck bandwidth), then the one with fewest hops, then the first in
+        vertex order; intermediate vertices are switches and NICs only, and a route between two GPUs of
+        one node stays inside that node (the runtime uses NVLink/xGMI there, never a NIC hairpin).
+        """
+        if a == b:
+            raise ValueError("a route needs two different ranks")
+        key = (a, b)
+        if key not in self._routes:
+            self._routes.update(self._routes_from(a))
+        return self._routes.get(key)
+
+    def _routes_from(self, a: int) -> dict:
+        found: dict = {}
+        home = self.node_of(a)
+        # Pass 1: same-node destinations, through same-node switches only.
+        # Pass 2: everything, through any switch/NIC (only other-node destinations are taken from it).
+        for same_node in (True, False):
+            labels = self._widest_from(a, same_node, home)
+            for b in self.gpus:
+                if b == a or (self.node_of(b) == home) != same_node or b not in labels:
+                    continue
+                path = [b]
+                while path[-1] != a:
+                    path.append(labels[path[-1]][2])
+                found[(a, b)] = tuple(reversed(path))
+            for b in self.gpus:
+                if b != a and (self.node_of(b) == home) == same_node:
+                    found.setdefault((a, b), None)
+        return found
+
+    def _widest_from(self, a: int, same_node: bool, home) -> dict:
+        """Labels v -> (bottleneck, hops, predecessor) of widest-then-shortest paths from a."""
+        g = self.graph
+        best: dict = {a: (None, 0, None)}
+        heap = [(0, 0, vertex_key(a), a)]  # (-bottleneck as Fraction or 0, hops, key, v)
+        done = set()
+        while heap:
+            negb, hops, _, u = heapq.heappop(heap)
+            if u in done:
+                continue
+            done.add(u)
+            if u != a and self.kind(u) == GPU:
+                continue  # GPUs are endpoints, never relays
+            for v in sorted(g.successors(u), key=vertex_key):
+                if v in done:
+                    continue
+                if same_node and self.node_of(v) != home:
+                    continue
+                bw = g.edges[u, v]["bw"]
+                bott = bw if best[u][0] is None else min(best[u][0], bw)
+                cand = (bott, hops + 1, u)
+                old = best.get(v)
+                if old is None or (cand[0], -cand[1]) > (old[0], -old[1]):
+                    best[v] = cand
+                    heapq.heappush(heap, (-bott, hops + 1, vertex_key(v), v))
+        return {v: lab for v, lab in best.items() if v != a}
+
+    def route_bandwidth(self, route: Route) -> Fraction:
+        return min(self.bw(u, v) for u, v in zip(route, route[1:]))
+
+    def route_latency(self, route: Route) -> float:
+        return sum(self.latency(u, v) for u, v in zip(route, route[1:]))
+
+    def has_route(self, a: int, b: int) -> bool:
+        return self.route(a, b) is not None
