@@ -1,0 +1,711 @@
+"""Hardware profile files -> :class:`~colls.topology.Topology`.
+
+Two file forms, told apart by a top-level ``graph:`` key. Both are YAML.
+
+**Node profile** (``hardware/*.yaml``): one machine (a "node"); ``load_topology(spec, nodes=N)`` joins N
+copies of it with a network. Keys::
+
+    name, description            text
+    gpu: {model, sms, count}     one GPU model per node; ``sms`` caps threadblocks per GPU
+    link_classes: {NAME: {bandwidth, latency}}
+                                 bandwidth: GB/s per direction of ONE physical link of the class
+                                 latency:   microseconds per hop (see "Latency" below)
+    switches: [{name, class, links, gpus}]   in-node switch vertex; each listed GPU (or ``all``) attaches
+                                 with ``links`` links of ``class``, both directions
+    direct: {class, matrix}      GPU->GPU link multiplicities, row = from, column = to
+    nics: [{class, gpus, pcie}]  NIC used by the listed local GPUs (or ``all``); ``class`` is its network
+                                 link; ``pcie`` (optional) the class of the GPU<->NIC hop (default ``class``)
+    network: {layout}            ``rails`` (default) or ``single``; used only when nodes > 1
+    rank_order: [...]            rank r of each node is the profile's GPU ``rank_order[r]``
+
+GPU numbers inside a profile (``switches.gpus``, ``nics.gpus``, ``direct.matrix``) are the profile's own
+GPU indices; ``rank_order`` maps them to ranks. Cluster of N nodes, G GPUs per node:
+
+- rank ``node * G + local``; in-node switch ``"n{node}.{name}"``;
+- each NIC j of each node is two vertices, ``"n{node}.nic{j}.tx"`` (GPU -> network) and
+  ``"n{node}.nic{j}.rx"`` (network -> GPU), so no route can hairpin between two GPUs of one node through
+  a NIC; the GPU hop uses the ``pcie`` class (or the NIC's), the network hop the NIC's class;
+- ``rails``: one leaf switch ``"rail{j}"`` per NIC index j (NIC j of every node), and, when there are
+  several rails, a ``"spine"`` joined to every leaf both ways with the sum of that leaf's NIC bandwidths
+  (a non-blocking fat tree); ``single``: one switch ``"net"`` for every NIC;
+- with one node there are no NIC vertices and no network.
+
+Parallel links between the same two vertices fold into one edge (``count`` links, ``bw`` their sum).
+
+**Graph form**: any other machine, written out vertex by vertex (the whole system; ``nodes`` must be 1)::
+
+    name, description
+    link_classes: {NAME: {bandwidth, latency}}        optional; links of a listed class inherit its values
+    graph:
+      gpus:     [{id, model, sms, node, label}]       ids 0..N-1 are the ranks; node defaults to 0
+      switches: [{id, node, label}]                   string ids; node null = between nodes
+      nics:     [{id, node, label}]
+      links:    [{from, to, bandwidth, latency, class, count, both}]
+                bandwidth is per link, the edge gets count x bandwidth; both (default true) adds the reverse
+
+**Latency.** A link's latency is what one hop costs; the latency of a transfer is the sum over the hops of
+its route (:meth:`Topology.route_latency`). Shipped profiles split published per-transfer values over the
+hops of the usual route (a GPU->switch->GPU transfer has two hops; GPU->NIC->leaf->NIC->GPU has four), so
+route latencies reproduce the published figures; each file says which values it chose and why.
+
+Every user mistake raises :class:`CollsError` naming the file (``source``) and the dotted key (``key``,
+list items as ``nics[2].class``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import networkx as nx
+import yaml
+
+from colls.errors import CollsError
+from colls.topology import GPU, NIC, SWITCH, Topology, as_fraction
+
+PROFILE_DIR = Path(__file__).resolve().parent.parent / "hardware"
+LAYOUTS = ("rails", "single")
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_+-]*\Z")
+
+
+# --- public API ------------------------------------------------------------------------------------------
+def list_profiles() -> list[dict]:
+    """The shipped node profiles, sorted by name: ``{"name", "description", "gpus", "path"}``.
+
+    ``name`` is what ``load_topology`` accepts; ``gpus`` is per node (the whole system for a graph file).
+    """
+    out = []
+    for path in _shipped().values():
+        data = _read_yaml(path)
+        check = _Checker(str(path))
+        if "graph" in data:
+            topo = _graph_topology(check, data)
+            gpus, description = topo.ngpus, topo.meta["description"]
+        else:
+            prof = _parse_profile(check, data)
+            gpus, description = prof.count, prof.description
+        out.append({"name": path.stem, "description": description, "gpus": gpus, "path": str(path)})
+    return out
+
+
+def load_topology(spec: str, nodes: int = 1) -> Topology:
+    """Load a shipped profile (by name, e.g. ``"dgx-a100"``) or a YAML file (by path) as a Topology.
+
+    Parameters
+    ----------
+    spec : a shipped profile name or the path of a node-profile or graph-form YAML file.
+    nodes : how many copies of a node profile to join with its network (graph form: must be 1).
+
+    Returns
+    -------
+    A Topology that passes ``validate()``, named ``"<profile>"`` or ``"<profile> xN"``, with
+    ``meta = {"profile": path, "description": ..., "network": layout (None for the graph form), ...}``.
+
+    Raises
+    ------
+    CollsError for an unknown name, an unreadable or malformed file, or ``nodes < 1``.
+    """
+    path = _resolve(str(spec))
+    source = str(path)
+    if isinstance(nodes, bool) or not isinstance(nodes, int):
+        raise CollsError(f"--nodes must be a whole number, got {nodes!r}", source=source)
+    if nodes < 1:
+        raise CollsError(f"--nodes must be >= 1 (got {nodes})", source=source)
+    data = _read_yaml(path)
+    check = _Checker(source)
+    if "graph" in data:
+        if nodes != 1:
+            check.fail("graph", f"a graph-form file describes the whole system; --nodes must be 1 "
+                                f"(got {nodes})")
+        topo = _graph_topology(check, data)
+    else:
+        topo = _cluster(check, _parse_profile(check, data), nodes)
+    topo.validate(source)
+    return topo
+
+
+def summarize(topo: Topology) -> dict:
+    """A JSON-serialisable description of ``topo`` (bandwidths in GB/s, latencies in us).
+
+    Numbers are ints when integral, else floats. ``link_classes[*].bandwidth`` is the bandwidth of one
+    link of the class (edge ``bw / count``) and ``latency`` its per-hop latency: a number when every link
+    of the class agrees, else the sorted list of the distinct values. ``links`` counts physical links,
+    one per direction.
+    """
+    g = topo.graph
+    models: dict[tuple, int] = {}
+    for r in topo.gpus:
+        key = (g.nodes[r].get("model", ""), topo.sms(r))
+        models[key] = models.get(key, 0) + 1
+    per_gpu = []
+    for r in topo.gpus:
+        data = g.nodes[r]
+        per_gpu.append({"rank": r, "node": data.get("node"), "local": data.get("local"),
+                        "egress": _num(sum((d["bw"] for _, _, d in g.out_edges(r, data=True)), Fraction(0))),
+                        "ingress": _num(sum((d["bw"] for _, _, d in g.in_edges(r, data=True)), Fraction(0)))})
+    classes: dict[str, dict] = {}
+    for _, _, d in topo.links():
+        c = classes.setdefault(d["cls"], {"links": 0, "edges": 0, "bw": set(), "lat": set()})
+        c["links"] += d["count"]
+        c["edges"] += 1
+        c["bw"].add(d["bw"] / d["count"])
+        c["lat"].add(float(d["latency"]))
+    others = [v for v in topo.vertices() if topo.kind(v) != GPU]
+    return {
+        "name": topo.name,
+        "description": topo.meta.get("description", ""),
+        "profile": topo.meta.get("profile"),
+        "nodes": topo.nodes,
+        "gpus_per_node": topo.gpus_per_node,
+        "gpus": topo.ngpus,
+        "gpu_models": [{"model": m, "sms": s, "gpus": n} for (m, s), n in sorted(models.items())],
+        "switches": [{"id": v, "node": topo.node_of(v), "label": topo.label(v)}
+                     for v in others if topo.kind(v) == SWITCH],
+        "nics": [{"id": v, "node": topo.node_of(v), "label": topo.label(v)}
+                 for v in others if topo.kind(v) == NIC],
+        "link_classes": [{"class": name, "links": c["links"], "edges": c["edges"],
+                          "bandwidth": _one_or_list([_num(b) for b in sorted(c["bw"])]),
+                          "latency": _one_or_list(sorted(c["lat"]))}
+                         for name, c in sorted(classes.items())],
+        "per_gpu": per_gpu,
+        "network": topo.meta.get("network"),
+    }
+
+
+def format_summary(topo: Topology) -> str:
+    """``summarize(topo)`` as readable text, one fact per line."""
+    s = summarize(topo)
+    lines = [f"{s['name']}: {s['description']}" if s["description"] else s["name"]]
+    if s["profile"]:
+        lines.append(f"profile: {s['profile']}")
+    models = ", ".join(f"{m['gpus']} x {m['model']} ({m['sms']} SMs)" for m in s["gpu_models"])
+    shape = f" in {s['nodes']} nodes" + (f" of {s['gpus_per_node']}" if s["gpus_per_node"] else "")
+    lines.append(f"GPUs: {models}{shape if s['nodes'] > 1 else ''}")
+    in_node = [w["id"] for w in s["switches"] if w["node"] is not None]
+    network = [w["id"] for w in s["switches"] if w["node"] is None]
+    lines.append(f"switches: {len(in_node)} in nodes{_few(in_node)}, {len(network)} in the network"
+                 f"{_few(network)}")
+    nics = [n["id"] for n in s["nics"]]
+    split = sum(n.endswith(".tx") for n in nics)
+    if nics and 2 * split == len(nics):
+        lines.append(f"NICs: {split}, each an out vertex (.tx) and an in vertex (.rx){_few(nics)}")
+    else:
+        lines.append(f"NICs: {len(nics)}{_few(nics)}")
+    if s["network"] is None:
+        lines.append("network: as the graph lists it")
+    elif s["nodes"] > 1:
+        lines.append(f"network: {s['network']}")
+    else:
+        lines.append(f"network: none (one node; layout {s['network']} when nodes > 1)")
+    lines.append("link classes (links = physical links, one per direction):")
+    width = max((len(c["class"]) for c in s["link_classes"]), default=0)
+    for c in s["link_classes"]:
+        lines.append(f"  {c['class']:<{width}}  {c['links']:>5} links  {_text(c['bandwidth'])} GB/s each  "
+                     f"{_text(c['latency'])} us per hop")
+    lines.append("per-GPU bandwidth (GB/s, all links of the GPU):")
+    groups: list[list] = []
+    for g in s["per_gpu"]:
+        if groups and (groups[-1][2], groups[-1][3]) == (g["egress"], g["ingress"]) \
+                and groups[-1][1] == g["rank"] - 1:
+            groups[-1][1] = g["rank"]
+        else:
+            groups.append([g["rank"], g["rank"], g["egress"], g["ingress"]])
+    for lo, hi, egress, ingress in groups:
+        ranks = f"rank {lo}" if lo == hi else f"ranks {lo}-{hi}"
+        lines.append(f"  {ranks}: egress {_text(egress)}, ingress {_text(ingress)}")
+    return "\n".join(lines)
+
+
+# --- files ----------------------------------------------------------------------------------------------
+def _shipped() -> dict[str, Path]:
+    return {p.stem: p for p in sorted(PROFILE_DIR.glob("*.yaml"))}
+
+
+def _resolve(spec: str) -> Path:
+    shipped = _shipped()
+    looks_like_path = "/" in spec or "\\" in spec or spec.endswith((".yaml", ".yml"))
+    if not looks_like_path and spec in shipped:
+        return shipped[spec]
+    path = Path(spec)
+    if path.is_file():
+        return path
+    if looks_like_path or path.exists():
+        raise CollsError("no such file" if not path.exists() else "is not a file", source=spec)
+    known = ", ".join(shipped) or "none"
+    raise CollsError(f"unknown hardware profile {spec!r}; known profiles: {known} "
+                     f"(or give the path of a YAML file)")
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML silently keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key; SafeLoader reports it
+                duplicate = False
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice", key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
+def _read_yaml(path: Path) -> dict:
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CollsError("no such file", source=source) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise CollsError(f"cannot read: {e}", source=source) from None
+    try:
+        data = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise CollsError(f"YAML syntax error{where}: {problem}", source=source) from None
+    if data is None:
+        raise CollsError("is empty", source=source)
+    if not isinstance(data, dict):
+        raise CollsError(f"must be a mapping of keys (name, gpu, ...), got {_what(data)}", source=source)
+    return data
+
+
+class _Checker:
+    """Reads values out of parsed YAML, raising CollsError(source, dotted key) on anything wrong."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, key: str | None, message: str):
+        raise CollsError(message, source=self.source, key=key or None)
+
+    def mapping(self, value, key: str, required=(), optional=()) -> dict:
+        if not isinstance(value, dict):
+            self.fail(key, f"expected a mapping, got {_what(value)}")
+        allowed = (*required, *optional)
+        for k in value:
+            if k not in allowed:
+                self.fail(_join(key, str(k)), f"unknown key (allowed: {', '.join(allowed)})")
+        for k in required:
+            if k not in value:
+                self.fail(_join(key, k), "missing key")
+        return value
+
+    def list(self, value, key: str, nonempty: bool = False) -> list:
+        if not isinstance(value, list):
+            self.fail(key, f"expected a list, got {_what(value)}")
+        if nonempty and not value:
+            self.fail(key, "must not be empty")
+        return value
+
+    def text(self, value, key: str) -> str:
+        if not isinstance(value, str):
+            self.fail(key, f"expected text, got {_what(value)}")
+        return value
+
+    def name(self, value, key: str) -> str:
+        if not isinstance(value, str) or not _NAME.match(value):
+            self.fail(key, f"expected a name of letters, digits, '_', '+' or '-', got {_what(value)}")
+        return value
+
+    def integer(self, value, key: str, minimum: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(key, f"expected a whole number, got {_what(value)}")
+        if value < minimum:
+            self.fail(key, f"must be >= {minimum}, got {value}")
+        return value
+
+    def number(self, value, key: str) -> Fraction:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            self.fail(key, f"expected a number, got {_what(value)}")
+        try:
+            return as_fraction(value)
+        except (ValueError, ZeroDivisionError):
+            self.fail(key, f"expected a finite number, got {_what(value)}")
+
+    def bandwidth(self, value, key: str) -> Fraction:
+        bw = self.number(value, key)
+        if bw <= 0:
+            self.fail(key, f"bandwidth must be > 0 GB/s, got {_num(bw)}")
+        return bw
+
+    def latency(self, value, key: str) -> float:
+        lat = self.number(value, key)
+        if lat < 0:
+            self.fail(key, f"latency must be >= 0 us, got {_num(lat)}")
+        return float(lat)
+
+    def gpu_list(self, value, key: str, count: int) -> list[int]:
+        """``all`` or a list of distinct profile GPU indices 0..count-1."""
+        if value == "all":
+            return list(range(count))
+        if not isinstance(value, list):
+            self.fail(key, f"expected all or a list of GPU indices, got {_what(value)}")
+        seen: list[int] = []
+        for i, gpu in enumerate(self.list(value, key, nonempty=True)):
+            k = f"{key}[{i}]"
+            gpu = self.integer(gpu, k, 0)
+            if gpu >= count:
+                self.fail(k, f"GPU {gpu} out of range 0..{count - 1} (gpu.count is {count})")
+            if gpu in seen:
+                self.fail(k, f"GPU {gpu} listed twice")
+            seen.append(gpu)
+        return seen
+
+    def link_classes(self, value, key: str = "link_classes") -> dict[str, tuple[Fraction, float]]:
+        if not isinstance(value, dict):
+            self.fail(key, f"expected a mapping of class names, got {_what(value)}")
+        out = {}
+        for name, spec in value.items():
+            k = _join(key, str(name))
+            self.name(name, k)
+            self.mapping(spec, k, required=("bandwidth", "latency"))
+            out[name] = (self.bandwidth(spec["bandwidth"], k + ".bandwidth"),
+                         self.latency(spec["latency"], k + ".latency"))
+        return out
+
+    def link_class(self, value, key: str, classes: dict) -> str:
+        name = self.text(value, key)
+        if name not in classes:
+            self.fail(key, f"unknown link class {name!r} (link_classes has: {', '.join(classes) or 'none'})")
+        return name
+
+
+# --- node profiles --------------------------------------------------------------------------------------
+@dataclass
+class _Switch:
+    name: str
+    cls: str
+    links: int
+    gpus: list[int]
+
+
+@dataclass
+class _Nic:
+    cls: str
+    hop: str  # class of the GPU<->NIC hop
+    gpus: list[int]
+
+
+@dataclass
+class _Profile:
+    name: str
+    description: str
+    model: str
+    sms: int
+    count: int
+    classes: dict[str, tuple[Fraction, float]]
+    switches: list[_Switch]
+    direct: tuple[str, list[list[int]]] | None
+    nics: list[_Nic]
+    layout: str
+    rank_order: list[int]
+
+
+def _parse_profile(check: _Checker, data: dict) -> _Profile:
+    check.mapping(data, "", required=("name", "gpu", "link_classes"),
+                  optional=("description", "switches", "direct", "nics", "network", "rank_order"))
+    name = check.name(data["name"], "name")
+    description = check.text(data.get("description", ""), "description")
+    gpu = check.mapping(data["gpu"], "gpu", required=("model", "sms", "count"))
+    model = check.text(gpu["model"], "gpu.model")
+    sms = check.integer(gpu["sms"], "gpu.sms", 1)
+    count = check.integer(gpu["count"], "gpu.count", 1)
+    classes = check.link_classes(data["link_classes"])
+
+    switches: list[_Switch] = []
+    for i, sw in enumerate(check.list(data.get("switches", []), "switches")):
+        k = f"switches[{i}]"
+        check.mapping(sw, k, required=("name", "class", "links", "gpus"))
+        sname = check.name(sw["name"], k + ".name")
+        if any(s.name == sname for s in switches):
+            check.fail(k + ".name", f"switch {sname!r} listed twice")
+        switches.append(_Switch(sname, check.link_class(sw["class"], k + ".class", classes),
+                                check.integer(sw["links"], k + ".links", 1),
+                                check.gpu_list(sw["gpus"], k + ".gpus", count)))
+
+    direct = None
+    if "direct" in data:
+        d = check.mapping(data["direct"], "direct", required=("class", "matrix"))
+        direct = (check.link_class(d["class"], "direct.class", classes),
+                  _matrix(check, d["matrix"], "direct.matrix", count))
+
+    nics: list[_Nic] = []
+    for i, nic in enumerate(check.list(data.get("nics", []), "nics")):
+        k = f"nics[{i}]"
+        check.mapping(nic, k, required=("class", "gpus"), optional=("pcie",))
+        cls = check.link_class(nic["class"], k + ".class", classes)
+        hop = check.link_class(nic["pcie"], k + ".pcie", classes) if "pcie" in nic else cls
+        nics.append(_Nic(cls, hop, check.gpu_list(nic["gpus"], k + ".gpus", count)))
+
+    network = check.mapping(data.get("network", {}), "network", optional=("layout",))
+    layout = network.get("layout", "rails")
+    if layout not in LAYOUTS:
+        check.fail("network.layout", f"expected one of {', '.join(LAYOUTS)}, got {_what(layout)}")
+
+    rank_order = list(range(count))
+    if "rank_order" in data:
+        order = check.list(data["rank_order"], "rank_order")
+        for i, g in enumerate(order):
+            check.integer(g, f"rank_order[{i}]", 0)
+        if sorted(order) != rank_order:
+            check.fail("rank_order", f"must be a permutation of 0..{count - 1} (gpu.count is {count}), "
+                                     f"got {order}")
+        rank_order = list(order)
+    return _Profile(name, description, model, sms, count, classes, switches, direct, nics, layout,
+                    rank_order)
+
+
+def _matrix(check: _Checker, value, key: str, count: int) -> list[list[int]]:
+    rows = check.list(value, key)
+    for i, row in enumerate(rows):
+        check.list(row, f"{key}[{i}]")
+        if len(row) != len(rows):
+            check.fail(f"{key}[{i}]", f"matrix is not square: row {i} has {len(row)} entries, "
+                                      f"the matrix has {len(rows)} rows")
+    if len(rows) != count:
+        check.fail(key, f"matrix is {len(rows)} x {len(rows)}, expected {count} x {count} "
+                        f"(gpu.count is {count})")
+    for i, row in enumerate(rows):
+        for j, m in enumerate(row):
+            check.integer(m, f"{key}[{i}][{j}]", 0)
+            if i == j and m:
+                check.fail(f"{key}[{i}][{j}]", "a GPU cannot link to itself (the diagonal must be 0)")
+    return rows
+
+
+def _cluster(check: _Checker, p: _Profile, nodes: int) -> Topology:
+    """The graph of ``nodes`` copies of profile ``p`` joined by its network (module docstring)."""
+    g = nx.DiGraph()
+    G = p.count
+    local_of = {prof: r for r, prof in enumerate(p.rank_order)}
+    for n in range(nodes):
+        for r, prof in enumerate(p.rank_order):
+            extra = f", profile GPU {prof}" if prof != r else ""
+            g.add_node(n * G + r, kind=GPU, node=n, local=r, model=p.model, sms=p.sms,
+                       label=f"GPU {n * G + r} (node {n}, local {r}{extra})")
+
+    def link(u, v, cls, count=1, both=False):
+        bw, lat = p.classes[cls]
+        _add_link(check, g, u, v, bw * count, count, lat, cls, None)
+        if both:
+            _add_link(check, g, v, u, bw * count, count, lat, cls, None)
+
+    for n in range(nodes):
+        def rank(prof):
+            return n * G + local_of[prof]
+        for sw in p.switches:
+            v = f"n{n}.{sw.name}"
+            g.add_node(v, kind=SWITCH, node=n, label=f"node {n} switch {sw.name}")
+            for prof in sw.gpus:
+                link(rank(prof), v, sw.cls, sw.links, both=True)
+        if p.direct:
+            cls, matrix = p.direct
+            for i, row in enumerate(matrix):
+                for j, m in enumerate(row):
+                    if m:
+                        link(rank(i), rank(j), cls, m)
+        if nodes > 1:
+            for j, nic in enumerate(p.nics):
+                tx, rx = f"n{n}.nic{j}.tx", f"n{n}.nic{j}.rx"
+                g.add_node(tx, kind=NIC, node=n, nic=j, label=f"node {n} NIC {j} (out)")
+                g.add_node(rx, kind=NIC, node=n, nic=j, label=f"node {n} NIC {j} (in)")
+                for prof in nic.gpus:
+                    link(rank(prof), tx, nic.hop)
+                    link(rx, rank(prof), nic.hop)
+
+    if nodes > 1:
+        if not p.nics:
+            check.fail("nics", f"missing key: --nodes {nodes} needs NICs to join the nodes")
+        if p.layout == "single":
+            g.add_node("net", kind=SWITCH, node=None, label="network switch")
+        for j, nic in enumerate(p.nics):
+            leaf = "net" if p.layout == "single" else f"rail{j}"
+            if p.layout == "rails":
+                g.add_node(leaf, kind=SWITCH, node=None, label=f"rail {j} switch")
+            for n in range(nodes):
+                link(f"n{n}.nic{j}.tx", leaf, nic.cls)
+                link(leaf, f"n{n}.nic{j}.rx", nic.cls)
+        if p.layout == "rails" and len(p.nics) > 1:
+            g.add_node("spine", kind=SWITCH, node=None, label="spine switch")
+            for j, nic in enumerate(p.nics):
+                link(f"rail{j}", "spine", nic.cls, nodes, both=True)
+
+    topo = Topology(p.name if nodes == 1 else f"{p.name} x{nodes}", g, nodes, G,
+                    {"profile": check.source, "description": p.description, "network": p.layout,
+                     "rank_order": list(p.rank_order)})
+    blame = "direct" if p.direct else "switches"
+    _check_reachable(check, topo, lambda a, b: blame if topo.node_of(a) == topo.node_of(b) else "nics")
+    return topo
+
+
+# --- graph form -----------------------------------------------------------------------------------------
+def _graph_topology(check: _Checker, data: dict) -> Topology:
+    check.mapping(data, "", required=("name", "graph"), optional=("description", "link_classes"))
+    name = check.text(data["name"], "name")
+    description = check.text(data.get("description", ""), "description")
+    classes = check.link_classes(data["link_classes"]) if "link_classes" in data else {}
+    graph = check.mapping(data["graph"], "graph", required=("gpus", "links"),
+                          optional=("switches", "nics"))
+    g = nx.DiGraph()
+
+    gpus = check.list(graph["gpus"], "graph.gpus", nonempty=True)
+    ids = []
+    for i, gpu in enumerate(gpus):
+        k = f"graph.gpus[{i}]"
+        check.mapping(gpu, k, required=("id", "model", "sms"), optional=("node", "label"))
+        rank = check.integer(gpu["id"], k + ".id", 0)
+        if rank >= len(gpus):
+            check.fail(k + ".id", f"GPU {rank} out of range 0..{len(gpus) - 1} (ids are the ranks "
+                                  f"0..N-1 of the {len(gpus)} GPUs listed)")
+        if rank in ids:
+            check.fail(k + ".id", f"GPU {rank} listed twice")
+        ids.append(rank)
+        node = check.integer(gpu.get("node", 0), k + ".node", 0)
+        g.add_node(rank, kind=GPU, node=node, model=check.text(gpu["model"], k + ".model"),
+                   sms=check.integer(gpu["sms"], k + ".sms", 1))
+        if "label" in gpu:
+            g.nodes[rank]["label"] = check.text(gpu["label"], k + ".label")
+    node_ids = sorted({d["node"] for _, d in g.nodes(data=True)})
+    if node_ids != list(range(len(node_ids))):
+        check.fail("graph.gpus", f"GPU nodes must be numbered 0..{len(node_ids) - 1} without gaps, "
+                                 f"got {node_ids}")
+    sizes = [0] * len(node_ids)
+    for rank in range(len(gpus)):
+        data_r = g.nodes[rank]
+        data_r["local"] = sizes[data_r["node"]]
+        sizes[data_r["node"]] += 1
+        data_r.setdefault("label", f"GPU {rank} (node {data_r['node']}, local {data_r['local']})"
+                          if len(node_ids) > 1 else f"GPU {rank}")
+
+    for section, kind in (("switches", SWITCH), ("nics", NIC)):
+        for i, item in enumerate(check.list(graph.get(section, []), f"graph.{section}")):
+            k = f"graph.{section}[{i}]"
+            check.mapping(item, k, required=("id",), optional=("node", "label"))
+            vid = check.text(item["id"], k + ".id")
+            if not vid:
+                check.fail(k + ".id", "must not be empty")
+            if vid in g:
+                check.fail(k + ".id", f"vertex {vid!r} listed twice")
+            node = item.get("node", None)
+            if node is not None:
+                check.integer(node, k + ".node", 0)
+                if node >= len(node_ids):
+                    check.fail(k + ".node", f"node {node} has no GPUs (GPU nodes are 0..{len(node_ids) - 1})")
+            g.add_node(vid, kind=kind, node=node,
+                       label=check.text(item.get("label", vid), k + ".label"))
+
+    for i, ln in enumerate(check.list(graph["links"], "graph.links")):
+        k = f"graph.links[{i}]"
+        check.mapping(ln, k, required=("from", "to"),
+                      optional=("bandwidth", "latency", "class", "count", "both"))
+        ends = []
+        for end in ("from", "to"):
+            v = ln[end]
+            if isinstance(v, bool) or not isinstance(v, (int, str)) or v not in g:
+                check.fail(f"{k}.{end}", f"unknown vertex {v!r} (GPUs are ints 0..{len(gpus) - 1}; "
+                                         f"switches and NICs are the string ids listed)")
+            ends.append(v)
+        u, v = ends
+        if u == v:
+            check.fail(k, f"links {u!r} to itself")
+        cls = check.name(ln["class"], k + ".class") if "class" in ln else "link"
+        bw_default, lat_default = classes.get(cls, (None, None))
+        for field, default in (("bandwidth", bw_default), ("latency", lat_default)):
+            if field not in ln and default is None:
+                check.fail(f"{k}.{field}", "missing key" + (f" (class {cls!r} is not in link_classes)"
+                                                            if "class" in ln else ""))
+        bw = check.bandwidth(ln["bandwidth"], k + ".bandwidth") if "bandwidth" in ln else bw_default
+        lat = check.latency(ln["latency"], k + ".latency") if "latency" in ln else lat_default
+        count = check.integer(ln.get("count", 1), k + ".count", 1)
+        both = ln.get("both", True)
+        if not isinstance(both, bool):
+            check.fail(k + ".both", f"expected true or false, got {_what(both)}")
+        _add_link(check, g, u, v, bw * count, count, lat, cls, k)
+        if both:
+            _add_link(check, g, v, u, bw * count, count, lat, cls, k)
+
+    per_node = sizes[0] if len(set(sizes)) == 1 else 0
+    topo = Topology(name, g, len(node_ids), per_node,
+                    {"profile": check.source, "description": description, "network": None})
+    _check_reachable(check, topo, lambda a, b: "graph.links")
+    return topo
+
+
+# --- shared pieces --------------------------------------------------------------------------------------
+def _add_link(check, g, u, v, bw, count, latency, cls, key):
+    """Add a directed link, folding it into a parallel one of the same class and latency."""
+    if g.has_edge(u, v):
+        e = g.edges[u, v]
+        if (e["cls"], e["latency"]) != (cls, latency):
+            check.fail(key, f"parallel links {u}->{v} differ in class or latency "
+                            f"({e['cls']} {e['latency']} us vs {cls} {latency} us)")
+        e["bw"] += bw
+        e["count"] += count
+    else:
+        g.add_edge(u, v, bw=bw, latency=latency, cls=cls, count=count)
+
+
+def _check_reachable(check: _Checker, topo: Topology, blame) -> None:
+    """Every GPU must reach every other (relaying through GPUs allowed), or no collective can run."""
+    ranks = topo.gpus
+    if len(ranks) < 2:
+        return
+    first = ranks[0]
+    down, up = nx.descendants(topo.graph, first), nx.ancestors(topo.graph, first)
+    for r in ranks[1:]:
+        if r not in down:
+            check.fail(blame(first, r), f"GPU {first} has no path to GPU {r} over the links given")
+        if r not in up:
+            check.fail(blame(r, first), f"GPU {r} has no path to GPU {first} over the links given")
+
+
+def _join(key: str, sub: str) -> str:
+    return f"{key}.{sub}" if key else sub
+
+
+def _what(value) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean)"
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def _num(x):
+    """A Fraction as an int when integral, else a float (for JSON and text)."""
+    x = Fraction(x)
+    return int(x) if x.denominator == 1 else float(x)
+
+
+def _one_or_list(values: list):
+    return values[0] if len(values) == 1 else values
+
+
+def _text(x) -> str:
+    if isinstance(x, list):
+        return "/".join(_text(v) for v in x)
+    return f"{x:.6g}" if isinstance(x, float) else str(x)
+
+
+def _few(names: list, limit: int = 6) -> str:
+    if not names:
+        return ""
+    shown = names if len(names) <= limit else names[:limit - 1] + ["...", names[-1]]
+    return " (" + ", ".join(map(str, shown)) + ")"
