@@ -1,0 +1,869 @@
+"""Optimality bounds: the best algorithmic bandwidth any schedule can reach on a topology, and why.
+
+Every function here is a free function of a :class:`~colls.topology.Topology` and returns a
+:class:`Bound`: the bound on algorithmic bandwidth (GB/s, an exact :class:`~fractions.Fraction` wherever
+the bound is exact), the nccl-tests bus bandwidth, the *binding cut* (the set of links that limits every
+schedule, as two vertex sets and in words), and a latency lower bound for small messages.
+
+The model (``/work/shared/reference/theory.md``; ForestColl, arXiv 2402.06787):
+
+- The machine is the directed graph of the topology. A link ``u -> v`` moves at most ``bw(u, v)`` GB/s.
+- Data may be forwarded by any vertex: switches and NICs, and also GPUs (a GPU may relay a chunk it has
+  received, in software). Switches and NICs do not *replicate* data (no multicast) and do not *reduce*
+  data (no in-network reduction such as NVLS or SHARP).
+- Sizes follow nccl-tests: ``size`` is one rank's buffer (the output of allgather, the input of
+  reduce-scatter, the buffer of allreduce/alltoall/broadcast/reduce), ``algbw = size / time`` and
+  ``busbw = algbw x busbw_factor``. 1 GB/s is 1000 bytes per microsecond.
+
+Cut words. A cut is given by its *sending* side ``S``; its links are those from ``S`` to the rest
+(the *receiving* side). For reduce-scatter and reduce the sides are those of the real direction of the
+data (towards the reducing ranks), not of the reversed graph the bound is computed on.
+
+Exactness. Link bandwidths are Fractions; max-flow runs in int64 on capacities scaled by the least
+common multiple of their denominators (and by the denominator of the current rate), so every exact
+result is a Fraction equal to the true optimum, never a rounded float. Topologies whose scaled
+capacities do not fit comfortably in int64 are refused with :class:`~colls.errors.CollsError`.
+
+References
+----------
+L. Zhao, S. Maleki, et al., "ForestColl: Throughput-Optimal Collective Communications on Heterogeneous
+Network Fabrics", arXiv:2402.06787 (the allgather/reduce-scatter optimum as a min-ratio cut, its
+achievability by spanning-tree packing after switch splitting, and the max-flow feasibility test).
+W. Dinkelbach, "On nonlinear fractional programming", Management Science 13(7), 1967 (the Newton
+iteration on the ratio). ``/work/shared/reference/theory.md`` (the formulas and the worked example).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Iterable
+
+import networkx as nx
+import numpy as np
+from ortools.graph.python import max_flow
+
+from colls.collectives import KINDS, busbw_factor
+from colls.errors import CollsError
+from colls.topology import GPU, NIC, Topology, Vertex, vertex_key
+
+# Scaled capacities (and every flow value) must stay below this; the max-flow solver works in int64
+# and reports POSSIBLE_OVERFLOW when the capacity out of the source could exceed 2^63 - 1.
+_INT_LIMIT = 2 ** 62
+
+_EXACT_AG = "exact optimum: min over cuts S of B+(S) / |S ∩ GPUs| (ForestColl)"
+_EXACT_RS = "exact optimum: the allgather optimum of the reversed graph (ForestColl)"
+
+
+# --------------------------------------------------------------------------------------------------------
+# The result
+# --------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Bound:
+    """A bound on the algorithmic bandwidth of one collective on one topology.
+
+    Attributes
+    ----------
+    collective : str
+        One of :data:`colls.collectives.KINDS`.
+    ngpus : int
+        Number of ranks N.
+    algbw : Fraction
+        Upper bound on ``size / time`` in GB/s (``size`` = one rank's buffer, nccl-tests convention).
+        Exact optimum when ``exact`` is true.
+    busbw : float
+        ``algbw x busbw_factor(collective, N)`` (nccl-tests), GB/s.
+    x : Fraction
+        The binding ratio in GB/s: the optimal per-GPU rate ``algbw / N`` for allgather, reduce-scatter,
+        allreduce and alltoall; the min cut ``algbw`` itself for broadcast and reduce.
+    cut : frozenset
+        Sending side S of the binding cut (the data crosses the links from ``cut`` to ``complement``).
+    complement : frozenset
+        Receiving side (every vertex not in ``cut``).
+    cut_words : str
+        The binding cut in words (see :func:`cut_words`).
+    latency_us : float
+        No schedule of this collective finishes in less (see :func:`latency_bound_us`).
+    exact : bool
+        True if ``algbw`` is the optimum of the model; False for a valid but possibly loose upper bound.
+    method : str
+        Which bound this is, in words.
+    root : int or None
+        Root rank of broadcast and reduce.
+    parts : tuple of Bound
+        For allreduce: the reduce-scatter and allgather bounds it is made of.
+    """
+
+    collective: str
+    ngpus: int
+    algbw: Fraction
+    busbw: float
+    x: Fraction
+    cut: frozenset
+    complement: frozenset
+    cut_words: str
+    latency_us: float
+    exact: bool = True
+    method: str = ""
+    root: int | None = None
+    parts: tuple = ()
+
+    def time_us(self, size_bytes) -> float:
+        """Bandwidth lower bound on the time of a call with ``size_bytes`` per rank: ``size / algbw``.
+
+        Parameters
+        ----------
+        size_bytes : int or float
+            One rank's buffer size in bytes (nccl-tests ``size``).
+
+        Returns
+        -------
+        float
+            Microseconds (1 GB/s = 1000 bytes/us).
+        """
+        return float(Fraction(size_bytes) / (self.algbw * 1000))
+
+    def min_time_us(self, size_bytes) -> float:
+        """The larger of the two lower bounds: :meth:`time_us` and ``latency_us``."""
+        return max(self.latency_us, self.time_us(size_bytes))
+
+    def to_dict(self, size_bytes=None) -> dict:
+        """JSON-ready facts (for ``colls bound --json``); exact values also as ``"p/q"`` strings."""
+        out = {
+            "collective": self.collective, "gpus": self.ngpus, "root": self.root,
+            "algbw_gbps": float(self.algbw), "algbw_exact": str(self.algbw),
+            "busbw_gbps": self.busbw, "exact": self.exact, "method": self.method,
+            "binding_cut": self.cut_words, "latency_bound_us": self.latency_us,
+        }
+        if self.parts:
+            out["parts"] = [p.to_dict() for p in self.parts]
+        if size_bytes is not None:
+            out["size_bytes"] = size_bytes
+            out["bandwidth_time_us"] = self.time_us(size_bytes)
+            out["min_time_us"] = self.min_time_us(size_bytes)
+        return out
+
+    def format(self, size_bytes=None) -> str:
+        """A few readable lines: the bound, whether it is exact, the binding cut, the latency floor."""
+        kind = "optimum" if self.exact else "upper bound"
+        lines = [f"{self.collective} on {self.ngpus} GPUs: algbw {kind} {float(self.algbw):.2f} GB/s "
+                 f"(busbw {self.busbw:.2f} GB/s)",
+                 f"  binding cut: {self.cut_words}",
+                 f"  bound: {self.method}",
+                 f"  latency floor: {self.latency_us:.2f} us"]
+        for p in self.parts:
+            lines.append(f"  {p.collective} part: {float(p.algbw):.2f} GB/s, cut: {p.cut_words}")
+        if size_bytes is not None:
+            lines.append(f"  {size_bytes} bytes: at least {self.min_time_us(size_bytes):.2f} us")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The flow network (one per topology and call; capacities are changed in place, never rebuilt)
+# --------------------------------------------------------------------------------------------------------
+class _FlowNet:
+    """The topology as an OR-Tools ``SimpleMaxFlow`` with a super-source and a super-sink.
+
+    Vertex index: GPU rank r is index r, then the other vertices in ``vertex_key`` order, then the
+    super-source ``s`` and the super-sink ``z``. Arcs: the topology's links (capacity ``bw x scale``,
+    times a multiplier), then ``s -> r`` and ``r -> z`` for every rank r (capacities set per use).
+    """
+
+    def __init__(self, topo: Topology):
+        g = topo.graph
+        self.topo = topo
+        self.gpus = topo.gpus
+        self.n = len(self.gpus)
+        others = sorted((v for v in g.nodes if topo.kind(v) != GPU), key=vertex_key)
+        self.vertices: list = list(self.gpus) + others
+        self.index = {v: i for i, v in enumerate(self.vertices)}
+        self.nv = len(self.vertices)
+        self.source, self.sink = self.nv, self.nv + 1
+        links = [(u, v, d["bw"]) for u, v, d in topo.links()]
+        self.scale = 1
+        for _, _, bw in links:
+            self.scale = math.lcm(self.scale, Fraction(bw).denominator)
+        caps = [int(Fraction(bw) * self.scale) for _, _, bw in links]
+        self.total = sum(caps)
+        self._check(self.total * max(self.n, 1), "the link bandwidths")
+        self.m = len(links)
+        self.tails = np.array([self.index[u] for u, _, _ in links], dtype=np.int32)
+        self.heads = np.array([self.index[v] for _, v, _ in links], dtype=np.int32)
+        self.caps = np.array(caps, dtype=np.int64)
+        ranks = np.arange(self.n, dtype=np.int32)
+        all_tails = np.concatenate([self.tails, np.full(self.n, self.source, np.int32), ranks])
+        all_heads = np.concatenate([self.heads, ranks, np.full(self.n, self.sink, np.int32)])
+        self.arcs = np.arange(self.m + 2 * self.n, dtype=np.int32)
+        self.smf = max_flow.SimpleMaxFlow()
+        self.smf.add_arcs_with_capacity(all_tails, all_heads, np.zeros(len(self.arcs), np.int64))
+
+    def _check(self, value: int, what: str) -> None:
+        if value >= _INT_LIMIT:
+            raise CollsError(
+                f"{what} of topology {self.topo.name!r} cannot be represented exactly in 64-bit "
+                f"integers (common denominator {self.scale}); round the bandwidths to fewer digits")
+
+    def set(self, mult: int, src: np.ndarray | int = 0, snk: np.ndarray | int = 0) -> None:
+        """Link capacities ``bw x scale x mult``; ``s -> r`` capacities ``src``; ``r -> z`` ``snk``."""
+        src = np.broadcast_to(np.asarray(src, dtype=object), (self.n,))
+        snk = np.broadcast_to(np.asarray(snk, dtype=object), (self.n,))
+        self._check(self.total * mult + int(sum(src)) + int(sum(snk)), "a scaled capacity")
+        caps = np.concatenate([self.caps * mult, src.astype(np.int64), snk.astype(np.int64)])
+        self.smf.set_arcs_capacity(self.arcs, caps)
+
+    def solve(self, a: int, b: int) -> int:
+        status = self.smf.solve(a, b)
+        if status != self.smf.OPTIMAL:
+            raise CollsError(f"max-flow on topology {self.topo.name!r} failed with status {status} "
+                             "(capacities too large to be exact in 64-bit integers)")
+        return int(self.smf.optimal_flow())
+
+    def source_side(self) -> np.ndarray:
+        """Boolean mask over topology vertices: the minimal source side of the last min cut."""
+        mask = np.zeros(self.nv + 2, dtype=bool)
+        mask[self.smf.get_source_side_min_cut()] = True
+        return mask[: self.nv]
+
+    def sink_side(self) -> np.ndarray:
+        """Boolean mask over topology vertices: the minimal sink side of the last min cut."""
+        mask = np.zeros(self.nv + 2, dtype=bool)
+        mask[self.smf.get_sink_side_min_cut()] = True
+        return mask[: self.nv]
+
+    def out_cap(self, side: np.ndarray) -> int:
+        """B+(side) in scaled units (``bw x scale``): total capacity of links leaving ``side``."""
+        crossing = side[self.tails] & ~side[self.heads]
+        return int(self.caps[crossing].sum())
+
+    def mask(self, vertices: Iterable[Vertex]) -> np.ndarray:
+        m = np.zeros(self.nv, dtype=bool)
+        m[[self.index[v] for v in vertices]] = True
+        return m
+
+    def vertex_set(self, mask: np.ndarray) -> frozenset:
+        return frozenset(self.vertices[i] for i in np.flatnonzero(mask))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Checks
+# --------------------------------------------------------------------------------------------------------
+def _check_topology(topo: Topology, kind: str, root: int = 0) -> None:
+    """Raise CollsError unless the collective can run at all: >= 2 GPUs, the needed pairs connected."""
+    topo.validate(source=f"topology {topo.name!r}")
+    n = topo.ngpus
+    if n < 2:
+        raise CollsError(f"topology {topo.name!r} has {n} GPU; a collective needs at least 2")
+    rooted = kind in ("broadcast", "reduce")
+    if rooted and (isinstance(root, bool) or not isinstance(root, (int, np.integer))
+                   or not 0 <= root < n):
+        raise CollsError(f"root {root!r} is not a rank of topology {topo.name!r} (0..{n - 1})",
+                         key="root")
+    g = topo.graph
+    hub = int(root) if rooted else 0
+    down = nx.descendants(g, hub)
+    up = nx.ancestors(g, hub)
+    for r in topo.gpus:
+        if r == hub:
+            continue
+        if kind != "reduce" and r not in down:
+            raise CollsError(f"in topology {topo.name!r} GPU {hub} cannot reach GPU {r} "
+                             f"(no directed path), so {kind} cannot complete")
+        if kind != "broadcast" and r not in up:
+            raise CollsError(f"in topology {topo.name!r} GPU {r} cannot reach GPU {hub} "
+                             f"(no directed path), so {kind} cannot complete")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Allgather / reduce-scatter: the exact min-ratio cut
+# --------------------------------------------------------------------------------------------------------
+def _min_ratio_cut(topo: Topology) -> tuple[Fraction, frozenset]:
+    """x* = min over S (1 <= |S ∩ GPUs| < N) of B+(S)/|S ∩ GPUs|, and a binding S with the smallest
+    receiving side found. Assumes _check_topology passed."""
+    net = _FlowNet(topo)
+    n = net.n
+    everything = np.ones(net.nv, dtype=bool)
+    # Start: the best single-GPU cut (one GPU's egress over 1, or one GPU's ingress over N - 1).
+    x = None  # in scaled units (bw x scale), a Fraction
+    best_side = None
+    for r in net.gpus:
+        one = net.mask([r])
+        for side, k in ((one, 1), (everything & ~one, n - 1)):
+            ratio = Fraction(net.out_cap(side), k)
+            if x is None or ratio < x:
+                x, best_side = ratio, side
+    # The GPU left outside the starting cut: the sink whose min cut is tight at the end.
+    binding_t = int(np.flatnonzero(~best_side[:n])[0])
+
+    def apply(rate: Fraction) -> None:
+        net.set(rate.denominator, src=rate.numerator, snk=0)
+
+    apply(x)
+    for t in net.gpus:
+        while True:  # Dinkelbach/Newton on the ratio for this sink
+            need = n * x.numerator  # N x, scaled by x's denominator like every capacity now
+            if net.solve(net.source, t) >= need:
+                break
+            side = net.source_side()
+            k = int(side[:n].sum())
+            new = Fraction(net.out_cap(side), k)
+            if not (0 < k < n and new < x):
+                raise AssertionError("max-flow returned a cut that does not lower the ratio")
+            x, binding_t = new, t
+            apply(x)
+    # x is x*: every sink passed. Re-solve for the binding sink: its min cut is tight, and the minimal
+    # sink side is the smallest receiving side of a binding cut for that sink.
+    net.solve(net.source, binding_t)
+    side = ~net.sink_side()
+    k = int(side[:n].sum())
+    if not (0 < k < n and Fraction(net.out_cap(side), k) == x):
+        raise AssertionError("the binding cut is not tight")
+    return x / net.scale, net.vertex_set(side)
+
+
+def _gather_bound(topo: Topology, kind: str, latency: float) -> Bound:
+    """The exact allgather (kind "allgather") or reduce-scatter (kind "reducescatter") bound."""
+    if kind == "allgather":
+        x, sending = _min_ratio_cut(topo)
+        method = _EXACT_AG
+    else:
+        x, rev_sending = _min_ratio_cut(topo.reversed())
+        sending = frozenset(topo.graph.nodes) - rev_sending  # real data flows the other way
+        method = _EXACT_RS
+    n = topo.ngpus
+    algbw = n * x
+    return Bound(kind, n, algbw, float(algbw) * busbw_factor(kind, n), x, sending,
+                 frozenset(topo.graph.nodes) - sending, cut_words(topo, sending), latency,
+                 exact=True, method=method)
+
+
+def allgather_bound(topo: Topology) -> Bound:
+    """The exact optimal allgather algorithmic bandwidth and its binding cut.
+
+    With N GPUs each holding ``size / N`` bytes, every vertex set S that contains at least one GPU and
+    misses at least one must let ``|S ∩ GPUs| x size / N`` bytes out through its outgoing links, so
+    ``time >= (size / N) x |S ∩ GPUs| / B+(S)``. The optimum is ``algbw* = N x*`` with
+    ``x* = min_S B+(S) / |S ∩ GPUs|``, and it is achievable (ForestColl, Theorem on spanning-tree
+    packing after switch splitting; GPUs may relay).
+
+    Algorithm: add a super-source s with an arc of capacity x to every GPU. Rate x is feasible iff for
+    every GPU t, ``maxflow(s -> t) >= N x`` (a cut S not containing t has capacity
+    ``x (N - |S ∩ GPUs|) + B+(S)``). Start from the best single-GPU cut (an upper bound on x*); for each
+    t in turn, while the test fails, the min cut S has ratio ``B+(S) / |S ∩ GPUs| < x``: set x to it
+    (Dinkelbach/Newton). A sink that passes at some x passes at every smaller x, so one pass over the
+    GPUs suffices. x is always a ratio p/q of a real cut; capacities are scaled by q and by the common
+    denominator of the bandwidths, so every test is exact in int64 arithmetic. At the end the min cut
+    of the last violated sink is tight; its minimal sink side is reported as the receiving side.
+
+    Cost: N + (number of Newton steps) max-flows on one solver whose capacities are reset in place
+    (push-relabel, O(V^2 sqrt(E)) each); Newton steps are few in practice (each strictly lowers x to
+    the ratio of a distinct cut).
+
+    Parameters
+    ----------
+    topo : Topology
+        Any topology: GPUs, switches and NICs, bandwidths as Fractions.
+
+    Returns
+    -------
+    Bound
+        ``algbw = N x*`` (a Fraction, GB/s), ``x = x*``, the binding cut (sending side S, receiving
+        side its complement) and its words, the latency bound.
+
+    Raises
+    ------
+    CollsError
+        Fewer than 2 GPUs, a GPU that cannot reach another (named), or bandwidths that cannot be made
+        exact int64 capacities.
+
+    References
+    ----------
+    ForestColl (arXiv 2402.06787), the allgather optimality bound and its max-flow test;
+    ``/work/shared/reference/theory.md`` "The throughput optimum for allgather and reduce-scatter".
+    """
+    _check_topology(topo, "allgather")
+    return _gather_bound(topo, "allgather", latency_bound_us(topo, "allgather"))
+
+
+def reducescatter_bound(topo: Topology) -> Bound:
+    """The exact optimal reduce-scatter algorithmic bandwidth: allgather on ``topo.reversed()``.
+
+    Reduce-scatter is the time-reversal of allgather (every aggregation tree is a broadcast tree with
+    its links turned around), so its optimum is the allgather optimum of the reversed graph:
+    ``x* = min over S of B-(S) / |S ∩ GPUs|`` with B-(S) the bandwidth of the links *entering* S.
+    The reported cut is in the real direction of the data: ``cut`` sends, ``complement`` receives.
+
+    Parameters
+    ----------
+    topo : Topology
+
+    Returns
+    -------
+    Bound
+        As :func:`allgather_bound`.
+
+    Raises
+    ------
+    CollsError
+        As :func:`allgather_bound`.
+
+    References
+    ----------
+    ForestColl (arXiv 2402.06787), reduce-scatter by aggregation trees; ``theory.md``.
+    """
+    _check_topology(topo, "reducescatter")
+    return _gather_bound(topo, "reducescatter", latency_bound_us(topo, "reducescatter"))
+
+
+def allreduce_bound(topo: Topology) -> Bound:
+    """The reduce-scatter + allgather bound for allreduce: ``1/algbw = 1/algbw_RS + 1/algbw_AG``.
+
+    This is the optimum of allreduce done as a reduce-scatter followed by an allgather on the same
+    buffer (ForestColl, NCCL ring): ``T_AR = T_RS + T_AG``. It is *not* a bound for in-network
+    reduction (NVLS, SHARP) nor a proof that no other allreduce algorithm can do better.
+
+    Parameters
+    ----------
+    topo : Topology
+
+    Returns
+    -------
+    Bound
+        ``exact`` (for the RS+AG construction), ``x = algbw / N``; ``parts`` holds the reduce-scatter
+        and allgather bounds; the cut is that of the slower part (allgather on a tie) and the words name
+        both.
+
+    Raises
+    ------
+    CollsError
+        As :func:`allgather_bound`.
+
+    References
+    ----------
+    ForestColl (arXiv 2402.06787); ``theory.md`` "Allreduce".
+    """
+    _check_topology(topo, "allreduce")
+    lat = latency_bound_us(topo, "allreduce")
+    rs = _gather_bound(topo, "reducescatter", lat)
+    ag = _gather_bound(topo, "allgather", lat)
+    algbw = 1 / (1 / rs.algbw + 1 / ag.algbw)
+    n = topo.ngpus
+    slow = rs if rs.algbw < ag.algbw else ag
+    words = f"reduce-scatter: {rs.cut_words}; allgather: {ag.cut_words}"
+    return Bound("allreduce", n, algbw, float(algbw) * busbw_factor("allreduce", n), algbw / n,
+                 slow.cut, slow.complement, words, lat, exact=True,
+                 method="reduce-scatter then allgather (1/algbw = 1/algbw_RS + 1/algbw_AG); "
+                        "not in-network reduction", parts=(rs, ag))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Broadcast / reduce: the min root -> t cut
+# --------------------------------------------------------------------------------------------------------
+def _rooted_cut(topo: Topology, root: int) -> tuple[Fraction, frozenset]:
+    """min over t != root of maxflow(root -> t), and the cut (sending side) with the smallest receiving
+    side among the minimising t."""
+    net = _FlowNet(topo)
+    net.set(1)
+    best, best_recv = None, None
+    for t in net.gpus:
+        if t == root:
+            continue
+        f = net.solve(root, t)
+        if best is None or f <= best:
+            recv = net.sink_side()
+            if best is None or f < best or recv.sum() < best_recv.sum():
+                best, best_recv = f, recv
+    return Fraction(best, net.scale), net.vertex_set(~best_recv)
+
+
+def _rooted_bound(topo: Topology, kind: str, root: int) -> Bound:
+    _check_topology(topo, kind, root)
+    if kind == "broadcast":
+        algbw, sending = _rooted_cut(topo, root)
+    else:
+        algbw, rev_sending = _rooted_cut(topo.reversed(), root)
+        sending = frozenset(topo.graph.nodes) - rev_sending
+    n = topo.ngpus
+    method = ("exact optimum without replication in switches: min over t of maxflow(root -> t)"
+              if kind == "broadcast" else
+              "exact optimum without reduction in switches: min over t of maxflow(t -> root)")
+    return Bound(kind, n, algbw, float(algbw) * busbw_factor(kind, n), algbw, sending,
+                 frozenset(topo.graph.nodes) - sending, cut_words(topo, sending),
+                 latency_bound_us(topo, kind, root), exact=True, method=method, root=root)
+
+
+def broadcast_bound(topo: Topology, root: int = 0) -> Bound:
+    """The optimal broadcast algorithmic bandwidth: ``min over GPUs t != root of maxflow(root -> t)``.
+
+    Every GPU t must receive the whole buffer from the root, so ``time >= size / maxflow(root -> t)``.
+    The bound is achievable when GPUs relay and switches are split into GPU-to-GPU links (Edmonds'
+    branching theorem: k arc-disjoint spanning arborescences exist iff every root -> t cut is >= k;
+    ForestColl removes switches by edge splitting that keeps this connectivity). It assumes switches
+    and NICs do *not* replicate data (no multicast/NVLS): with replication in switches more is possible.
+
+    Parameters
+    ----------
+    topo : Topology
+    root : int
+        The root rank.
+
+    Returns
+    -------
+    Bound
+        ``algbw = x`` = the min cut (Fraction, GB/s); the binding cut separates the root from the GPUs
+        of the receiving side.
+
+    Raises
+    ------
+    CollsError
+        A root that is not a rank, a GPU the root cannot reach, or non-representable bandwidths.
+
+    References
+    ----------
+    ForestColl (arXiv 2402.06787), broadcast trees and switch splitting; J. Edmonds, "Edge-disjoint
+    branchings", 1973; ``theory.md``.
+    """
+    return _rooted_bound(topo, "broadcast", root)
+
+
+def reduce_bound(topo: Topology, root: int = 0) -> Bound:
+    """The optimal reduce algorithmic bandwidth: broadcast on ``topo.reversed()``.
+
+    ``min over t != root of maxflow(t -> root)``; assumes switches do not reduce (no SHARP/NVLS) and,
+    for achievability, that switches can be split as for broadcast. The reported cut is in the real
+    direction of the data (towards the root).
+
+    Parameters
+    ----------
+    topo : Topology
+    root : int
+
+    Returns
+    -------
+    Bound
+
+    Raises
+    ------
+    CollsError
+        As :func:`broadcast_bound` (a GPU that cannot reach the root).
+
+    References
+    ----------
+    ForestColl (arXiv 2402.06787); ``theory.md``.
+    """
+    return _rooted_bound(topo, "reduce", root)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Alltoall: a cut bound
+# --------------------------------------------------------------------------------------------------------
+def alltoall_bound(topo: Topology) -> Bound:
+    """An upper bound on alltoall algorithmic bandwidth from a family of cuts (not the exact optimum).
+
+    Each rank sends ``size / N`` bytes to every rank (``size`` = one rank's buffer, nccl-tests; theory.md
+    writes M / N^2 with M the sum of all ranks' buffers, the same amount). Across
+    a cut S with ``a = |S ∩ GPUs|`` and ``b = N - a`` GPUs on either side, ``a b size / N`` bytes must
+    cross the links leaving S, so ``algbw <= N B+(S) / (a b)`` for *every* S; the minimum over the
+    cuts tried below is a valid upper bound. The exact optimum is a minimum-congestion multicommodity
+    flow (an LP) and can be lower; ``exact`` is False.
+
+    The cuts tried: every single GPU (egress: S = {g}; ingress: S = all but g); every node (all its
+    vertices, both directions) when there are several nodes; the min cuts between the two halves of
+    the GPUs (the first half of the nodes, or of the ranks on one node) in both directions, found by
+    max-flow; and the binding cuts of allgather and reduce-scatter.
+
+    Parameters
+    ----------
+    topo : Topology
+
+    Returns
+    -------
+    Bound
+        ``algbw = N x`` with ``x = min B+(S) / (a b)`` over the cuts tried; ``exact=False``.
+
+    Raises
+    ------
+    CollsError
+        As :func:`allgather_bound`.
+
+    References
+    ----------
+    ``theory.md`` "Alltoall" (the cut bound of the multicommodity flow).
+    """
+    _check_topology(topo, "alltoall")
+    net = _FlowNet(topo)
+    n = net.n
+    everything = np.ones(net.nv, dtype=bool)
+    candidates: list[np.ndarray] = []
+    for r in net.gpus:
+        one = net.mask([r])
+        candidates += [one, everything & ~one]
+    node_ids = sorted({topo.node_of(r) for r in net.gpus}, key=lambda v: (v is None, v))
+    if len(node_ids) > 1:
+        for nd in node_ids:
+            side = net.mask(v for v in net.vertices if topo.node_of(v) == nd)
+            candidates += [side, everything & ~side]
+    # Halves by max-flow: first half of the nodes (or of the ranks on one node) vs the rest.
+    order = sorted(net.gpus, key=lambda r: (node_ids.index(topo.node_of(r)), r))
+    if len(node_ids) > 1:
+        first = set(node_ids[: (len(node_ids) + 1) // 2])
+        half_a = [r for r in order if topo.node_of(r) in first]
+    else:
+        half_a = order[: n // 2]
+    in_a = np.zeros(n, dtype=np.int64)
+    in_a[half_a] = 1
+    big = net.total + 1
+    for a_side in (in_a, 1 - in_a):
+        net.set(1, src=a_side * big, snk=(1 - a_side) * big)
+        net.solve(net.source, net.sink)
+        candidates.append(net.source_side())
+    _, ag_sending = _min_ratio_cut(topo)
+    _, rs_receiving = _min_ratio_cut(topo.reversed())
+    candidates += [net.mask(ag_sending), ~net.mask(rs_receiving)]
+    best, best_side = None, None
+    for side in candidates:
+        a = int(side[:n].sum())
+        if not 0 < a < n:
+            continue
+        ratio = Fraction(net.out_cap(side), a * (n - a))
+        if best is None or ratio < best:
+            best, best_side = ratio, side
+    x = best / net.scale
+    algbw = n * x
+    sending = net.vertex_set(best_side)
+    return Bound("alltoall", n, algbw, float(algbw) * busbw_factor("alltoall", n), x, sending,
+                 frozenset(topo.graph.nodes) - sending, cut_words(topo, sending),
+                 latency_bound_us(topo, "alltoall"), exact=False,
+                 method="cut bound: min over a family of cuts S of N B+(S) / (|S ∩ GPUs| |rest ∩ GPUs|); "
+                        "an upper bound, not the exact multicommodity-flow optimum")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Latency
+# --------------------------------------------------------------------------------------------------------
+def _latency(_u, _v, data) -> float:
+    return float(data.get("latency", 0.0))
+
+
+def latency_bound_us(topo: Topology, collective_kind: str, root: int = 0) -> float:
+    """A latency lower bound: the longest shortest path between a pair that must exchange data.
+
+    No schedule finishes before data from a source has reached every destination that needs it, and
+    that takes at least the shortest path latency (sum of link latencies; GPUs may relay). Pairs:
+    every ordered pair of GPUs for allgather, reduce-scatter, allreduce and alltoall; root to every GPU
+    for broadcast; every GPU to the root for reduce. (For allreduce this is the bound of any algorithm,
+    not twice it for RS + AG.)
+
+    Parameters
+    ----------
+    topo : Topology
+    collective_kind : str
+        One of :data:`colls.collectives.KINDS`.
+    root : int
+        Root rank for broadcast and reduce.
+
+    Returns
+    -------
+    float
+        Microseconds.
+
+    Raises
+    ------
+    CollsError
+        Unknown collective, or a pair with no path (named).
+
+    References
+    ----------
+    ``theory.md`` "Latency (small messages)"; Dijkstra via networkx.
+    """
+    if collective_kind not in KINDS:
+        raise CollsError(f"unknown collective {collective_kind!r} (choose from {', '.join(KINDS)})",
+                         key="collective")
+    _check_topology(topo, collective_kind, root)
+    g = topo.graph
+    if collective_kind == "broadcast":
+        dist = nx.single_source_dijkstra_path_length(g, root, weight=_latency)
+        return max(dist[r] for r in topo.gpus if r != root)
+    if collective_kind == "reduce":
+        dist = nx.single_source_dijkstra_path_length(g.reverse(copy=False), root, weight=_latency)
+        return max(dist[r] for r in topo.gpus if r != root)
+    worst = 0.0
+    gpus = topo.gpus
+    for a in gpus:
+        dist = nx.single_source_dijkstra_path_length(g, a, weight=_latency)
+        worst = max(worst, max(dist[b] for b in gpus if b != a))
+    return worst
+
+
+# --------------------------------------------------------------------------------------------------------
+# Dispatch
+# --------------------------------------------------------------------------------------------------------
+def bound(topo: Topology, kind: str, root: int = 0) -> Bound:
+    """The bound for collective ``kind`` (one of :data:`colls.collectives.KINDS`).
+
+    Parameters
+    ----------
+    topo : Topology
+    kind : str
+    root : int
+        Root rank (broadcast and reduce only).
+
+    Returns
+    -------
+    Bound
+
+    Raises
+    ------
+    CollsError
+        Unknown kind, or as the function for that kind.
+    """
+    if kind == "allgather":
+        return allgather_bound(topo)
+    if kind == "reducescatter":
+        return reducescatter_bound(topo)
+    if kind == "allreduce":
+        return allreduce_bound(topo)
+    if kind == "alltoall":
+        return alltoall_bound(topo)
+    if kind == "broadcast":
+        return broadcast_bound(topo, root)
+    if kind == "reduce":
+        return reduce_bound(topo, root)
+    raise CollsError(f"unknown collective {kind!r} (choose from {', '.join(KINDS)})", key="collective")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Words
+# --------------------------------------------------------------------------------------------------------
+def _num(value: Fraction) -> str:
+    """A bandwidth for people: ``300``, ``12.5``, ``33.33``."""
+    value = Fraction(value)
+    if value.denominator == 1:
+        return str(value.numerator)
+    text = f"{float(value):.2f}".rstrip("0").rstrip(".")
+    return text
+
+
+def _ranges(ranks: list[int]) -> str:
+    """``[0, 1, 2, 3, 5]`` -> ``"0-3,5"``."""
+    out = []
+    i = 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def _join(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _describe_side(topo: Topology, side: frozenset) -> tuple[int, str]:
+    """(number of parts, words) naming a vertex set by the GPUs it contains, grouped by node."""
+    gpus = sorted(v for v in side if topo.kind(v) == GPU)
+    if not gpus:
+        names = sorted((topo.label(v) for v in side), key=str)
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        return len(names), shown
+    by_node: dict = {}
+    for r in topo.gpus:
+        by_node.setdefault(topo.node_of(r), []).append(r)
+    one_node = len(by_node) == 1
+    full_nodes, partial = [], []
+    for nd in sorted(by_node, key=lambda v: (v is None, v)):
+        mine = [r for r in by_node[nd] if r in side]
+        if not mine:
+            continue
+        if nd is not None and not one_node and len(mine) == len(by_node[nd]):
+            full_nodes.append(nd)
+        else:
+            what = f"GPU {mine[0]}" if len(mine) == 1 else f"GPUs {_ranges(mine)}"
+            if nd is not None and not one_node and len(mine) > 1:
+                what += f" of node {nd}"  # ranks are global: one GPU needs no node
+            partial.append(what)
+    parts = []
+    if full_nodes:
+        parts.append(f"node {full_nodes[0]}" if len(full_nodes) == 1 else f"nodes {_ranges(full_nodes)}")
+    parts += partial
+    return (1 if full_nodes else 0) + len(partial), _join(parts)
+
+
+def _link_sum(links: list[tuple]) -> str:
+    """``"nvswitch 300 GB/s + hdr-ib 25 GB/s = 325 GB/s"`` or ``"hdr-ib 8 x 25 GB/s = 200 GB/s"``."""
+    by_cls: dict = {}
+    for _, _, d in links:
+        by_cls.setdefault(d.get("cls") or "link", []).append(Fraction(d["bw"]))
+    total = sum((sum(bws) for bws in by_cls.values()), Fraction(0))
+    terms, multiples = [], False
+    for cls, bws in sorted(by_cls.items(), key=lambda kv: (-sum(kv[1]), kv[0])):
+        if len(bws) > 1 and len(set(bws)) == 1:
+            terms.append(f"{cls} {len(bws)} x {_num(bws[0])} GB/s")
+            multiples = True
+        else:
+            terms.append(f"{cls} {_num(sum(bws))} GB/s")
+    if len(terms) == 1 and not multiples:
+        return terms[0]
+    return " + ".join(terms) + f" = {_num(total)} GB/s"
+
+
+def cut_words(topo: Topology, S: Iterable[Vertex]) -> str:
+    """Name, for people, the links from the vertex set ``S`` to the rest of the topology.
+
+    The cut is described by one side, chosen in this order: a side that holds GPUs; a side whose
+    nodes every crossing link touches (so "leaving node 1" rather than "entering nodes 0, 2, 3" for a
+    node's NIC egress); fewest groups of GPUs; shortest words; the receiving side. A side is named by
+    the GPUs it holds, grouped by node ("GPU 5", "GPUs 4-7 of node 0", "node 3"; ranks are global),
+    with the direction ("entering" the receiving side, "leaving" the sending side) and the link
+    classes (edge attribute ``cls``) of the crossing links and their bandwidth. When every crossing
+    link has an end at a NIC of the named nodes, the NICs are counted: "the 8 NICs entering node 3
+    (hdr-ib 8 x 25 GB/s = 200 GB/s)"; otherwise "the links entering GPU 5 (nvswitch 300 GB/s +
+    hdr-ib 25 GB/s = 325 GB/s)".
+
+    Parameters
+    ----------
+    topo : Topology
+    S : iterable of vertices
+        The sending side.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    CollsError
+        If no link leaves S.
+    """
+    sending = frozenset(S)
+    receiving = frozenset(topo.graph.nodes) - sending
+    links = [(u, v, d) for u, v, d in topo.links() if u in sending and v not in sending]
+    if not links:
+        raise CollsError(f"no link of topology {topo.name!r} leaves that vertex set")
+    options = []
+    for side, direction in ((receiving, "entering"), (sending, "leaving")):
+        parts, words = _describe_side(topo, side)
+        nodes = {topo.node_of(v) for v in side if topo.kind(v) == GPU}
+        has_gpu = bool(nodes)
+        touches = (None in nodes or
+                   all(topo.node_of(u) in nodes or topo.node_of(v) in nodes for u, v, _ in links))
+        key = (not has_gpu, not touches, parts, len(words), direction != "entering")
+        options.append((key, side, direction, words, nodes))
+    _, side, direction, words, nodes = min(options, key=lambda o: o[0])
+    nics = set()
+    for u, v, _ in links:
+        near, far = (v, u) if direction == "entering" else (u, v)
+        for end in (near, far):
+            if topo.kind(end) == NIC and (topo.node_of(end) in nodes or end in side):
+                nics.add(end)
+                break
+        else:
+            nics = None
+            break
+    if nics:
+        what = f"the {len(nics)} NICs" if len(nics) > 1 else "the NIC"
+    else:
+        what = "the links"
+    return f"{what} {direction} {words} ({_link_sum(links)})"
