@@ -121,76 +121,107 @@ class Schedule:
         return Schedule(self.collective.with_chunks(self.collective.chunks * instances), ops,
                         self.method, self.scratch * instances, dict(self.info, instances=instances))
 
-    # --- checks ---------------------------------------------------------------------------------------
-    def check(self) -> None:
-        """Raise CollsError unless the schedule is well formed and computes its collective out of place.
+    def execution_order(self) -> list[Op]:
+        """The order the lowering gives ops on a rank: by step, remote ops before local ones, then the
+        deterministic tie-break of :meth:`sorted_ops`. Under in-place aliasing, ops of one step can
+        touch the same memory; they then take effect in this order."""
+        return sorted(self.sorted_ops(), key=lambda op: (op.step, op.local))
 
+    # --- checks ---------------------------------------------------------------------------------------
+    def check(self, inplace: bool | None = None) -> None:
+        """Raise CollsError unless the schedule is well formed and computes its collective.
+
+        ``inplace=None`` checks both calls: out-of-place (separate buffers; ops of one step must not
+        touch each other's chunks) and in-place (the collective's aliasing; ops run in
+        :meth:`execution_order`). Neither may write the caller's input where it is not also the output.
         This is the synthesizers' own test; the written file is proven separately by :mod:`colls.verify`.
         """
+        for op in self.ops:
+            self._check_shape(op)
+        for mode in ((False, True) if inplace is None else (inplace,)):
+            try:
+                self._run(mode)
+            except CollsError as e:
+                where = "in-place" if mode else "out-of-place"
+                raise CollsError(f"{self.method} {self.collective.kind} ({where}): {e}") from None
+
+    def _run(self, inplace: bool) -> None:
         coll = self.collective
         n = coll.nranks
         state: dict = {}
         for r in range(n):
-            for j in range(coll.in_chunks):
-                state[(r, "i", j)] = coll.input_value(r, j)
+            for (buf, idx), val in coll.initial_state(r, inplace, self.scratch).items():
+                state[(r, buf, idx)] = val
+
+        def key(slot):
+            r, buf, idx = slot
+            return slot if buf == TRANSIENT else (r,) + coll.alias(r, buf, idx, inplace)
+
+        if inplace:
+            groups = [[op] for op in self.execution_order()]
+        else:
+            by_step: dict[int, list[Op]] = defaultdict(list)
+            for op in self.ops:
+                by_step[op.step].append(op)
+            groups = [by_step[t] for t in sorted(by_step)]
+            for ops in groups:
+                self._same_step_conflicts(ops)
         in_flight: dict = {}
-        by_step: dict[int, list[Op]] = defaultdict(list)
-        for op in self.ops:
-            self._check_shape(op)
-            by_step[op.step].append(op)
-        for t in sorted(by_step):
-            ops = by_step[t]
-            reads, writes = {}, {}
-            for op in ops:
-                for s in op.src_slots() + op.operand_slots():
-                    if s[1] != "t":
-                        reads.setdefault(s, op)
-                for s in op.dst_slots():
-                    if s[1] == "t":
-                        continue
-                    if s in writes:
-                        raise CollsError(f"{op.describe()} and {writes[s].describe()} write the same chunk")
-                    writes[s] = op
-            for s, op in writes.items():
-                if s in reads and reads[s] is not op:
-                    raise CollsError(f"{op.describe()} writes a chunk that {reads[s].describe()} reads "
-                                     f"in the same step")
+        for ops in groups:
             updates = {}
             for op in ops:
                 for k, (src, dst) in enumerate(zip(op.src_slots(), op.dst_slots())):
-                    if src[1] == "t":
+                    if src[1] == TRANSIENT:
                         if src not in in_flight:
                             raise CollsError(f"{op.describe()} forwards an in-flight value that does "
                                              f"not exist")
                         val = in_flight.pop(src)
                     else:
-                        val = state.get(src)
+                        val = state.get(key(src))
                     if val is None:
                         raise CollsError(f"{op.describe()} reads an uninitialised chunk")
                     if op.reduce is not None:
-                        operand = op.operand_slots()[k]
                         try:
-                            val = reduce_values(state.get(operand), val)
+                            val = reduce_values(state.get(key(op.operand_slots()[k])), val)
                         except SymbolicError as e:
                             raise CollsError(f"{op.describe()} {e}") from None
+                    if dst[1] != TRANSIENT:
+                        storage = key(dst)
+                        if storage[1] == "i" and not coll.input_writable(dst[0], storage[2], inplace):
+                            raise CollsError(f"{op.describe()} writes the caller's input buffer")
                     updates[dst] = val
             for dst, val in updates.items():
-                if dst[1] == "t":
+                if dst[1] == TRANSIENT:
                     if dst in in_flight:
                         raise CollsError(f"rank {dst[0]} has two in-flight values t[{dst[2]}]")
                     in_flight[dst] = val
                 else:
-                    state[dst] = val
+                    state[key(dst)] = val
         if in_flight:
             slot = sorted(in_flight)[0]
             raise CollsError(f"rank {slot[0]}'s in-flight value t[{slot[2]}] is never sent on")
         for r in range(n):
-            for j in range(coll.in_chunks):
-                if state[(r, "i", j)] != coll.input_value(r, j):
-                    raise CollsError(f"rank {r} overwrites its input chunk {j}")
-            problems = coll.check_outputs(r, lambda j, r=r: state.get((r, "o", j)))
+            problems = coll.check_outputs(r, lambda j, r=r: state.get(key((r, "o", j))))
             if problems:
-                raise CollsError(f"{self.method} {coll.kind}: rank {r}: {problems[0]}")
+                raise CollsError(f"rank {r}: {problems[0]}")
+
+    @staticmethod
+    def _same_step_conflicts(ops: list[Op]) -> None:
+        reads, writes = {}, {}
+        for op in ops:
+            for s in op.src_slots() + op.operand_slots():
+                if s[1] != TRANSIENT:
+                    reads.setdefault(s, op)
+            for s in op.dst_slots():
+                if s[1] == TRANSIENT:
+                    continue
+                if s in writes:
+                    raise CollsError(f"{op.describe()} and {writes[s].describe()} write the same chunk")
+                writes[s] = op
+        for s, op in writes.items():
+            if s in reads and reads[s] is not op:
+                raise CollsError(f"{op.describe()} writes a chunk that {reads[s].describe()} reads "
+                                 f"in the same step")
 
     def _check_shape(self, op: Op) -> None:
         coll = self.collective
