@@ -1,0 +1,196 @@
+"""Direct schedules: every rank talks straight to every rank that needs its data, in as few steps as the
+step semantics allow. They exist only "where the fabric allows", i.e. when every pair the collective
+needs has a physical route (a switch, a full mesh, a cluster); otherwise CollsError names a missing pair.
+
+==============  =====================================================================  ===========
+collective      what happens                                                           steps
+==============  =====================================================================  ===========
+allgather       every rank copies its ``c`` input chunks to its output slot, then      2
+                sends that slot to the same slot of every other output (one op of
+                ``c`` chunks per pair)
+alltoall        rank ``r`` sends input block ``q`` to rank ``q``'s output block ``r``   2
+                (and copies its own block); blocks from lower ranks wait in scratch
+                and a local copy places them (so an in-place call is right too)
+broadcast       the root copies its input to its output, then sends it to every       2
+                other output
+reducescatter   rank ``q`` receives block ``q`` from ``q+1+s`` at step ``s``; the       N-1
+                first reduction combines with its own input, the rest accumulate in
+                its output (ops of one step never write the same chunk)
+reduce          the root receives from ``root+1+s`` at step ``s`` the same way          N-1
+allreduce       the reduce-scatter above on ``N`` blocks, then the allgather of the      N
+                reduced blocks (chunk factor rounded up to a multiple of N)
+==============  =====================================================================  ===========
+
+The steps of the serialised reductions are a schedule order, not barriers: every rank sends at every
+step, so the N-1 steps of a reduce-scatter keep all links busy.
+"""
+
+from __future__ import annotations
+
+from colls.collectives import Collective
+from colls.errors import CollsError
+from colls.schedule import Op, Schedule
+from colls.synth import checked_route, schedule_facts
+from colls.topology import Topology
+
+METHOD = "direct"
+
+
+def synthesize(topology: Topology, collective: Collective, **options) -> Schedule:
+    """A direct schedule of ``collective`` on ``topology`` (options are accepted and ignored).
+
+    Raises CollsError when the collective's rank count is not the topology's GPU count, or when a pair
+    of ranks the collective needs has no route (naming the pair).
+    """
+    n = collective.nranks
+    if n != topology.ngpus:
+        raise CollsError(f"{METHOD}: the collective has {n} ranks but {topology.name} has "
+                         f"{topology.ngpus} GPUs")
+    if collective.kind == "allreduce":
+        collective = collective.with_chunks(n * -(-collective.chunks // n))
+    routes = _Routes(topology, collective)
+    if collective.kind == "alltoall":
+        ops, scratch = alltoall_ops(collective, routes)
+    else:
+        ops, scratch = _BUILDERS[collective.kind](collective, routes), 0
+    schedule = Schedule(collective, ops, METHOD, scratch)
+    schedule.info.update(schedule_facts(schedule, topology))
+    return schedule
+
+
+class _Routes:
+    """Route lookup that first proves every pair the collective needs is connected (so the error names
+    the first missing pair in rank order, not whichever op happened to be built first)."""
+
+    def __init__(self, topology: Topology, collective: Collective):
+        n, root = collective.nranks, collective.root
+        if collective.rooted:
+            pairs = [(root, q) if collective.kind == "broadcast" else (q, root)
+                     for q in range(n) if q != root]
+        else:
+            pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
+        why = "the fabric does not allow a direct schedule"
+        self._routes = {(a, b): checked_route(topology, a, b, METHOD, why) for a, b in pairs}
+
+    def __call__(self, a: int, b: int) -> tuple:
+        return self._routes[(a, b)]
+
+
+def _allgather(coll: Collective, route) -> list[Op]:
+    """The local copy first, then every send from the output: in place the copy is a no-op, and a copy
+    after the sends would have to wait for all N-1 of them (one dependency per step in the runtime)."""
+    n, c = coll.nranks, coll.chunks
+    ops = []
+    for r in range(n):
+        ops.append(Op(0, r, r, "i", 0, "o", r * c, c))
+        ops.extend(Op(1, r, q, "o", r * c, "o", r * c, c, route=route(r, q)) for q in range(n) if q != r)
+    return ops
+
+
+def alltoall_ops(coll: Collective, route, step=lambda src, dst: 0,
+                 paths: dict | None = None) -> tuple[list[Op], int]:
+    """Alltoall: rank ``r``'s input block ``q`` goes to rank ``q``'s output block ``r``, leaving at
+    ``step(r, q)`` (the same step for both directions of a pair). Returns (ops, scratch).
+
+    ``paths`` (default: straight from ``r`` to ``q``) may route a block through other ranks,
+    ``paths[r, q] = [r, m1, ..., q]``: hop i leaves at ``step(r, q) + i`` and waits in the relay's
+    scratch (after the first ``N c`` chunks, in a slot no other block holds from the step it arrives
+    to the step it leaves) until it is sent on.
+
+    Safe in place: a pair that swaps blocks directly does so in one step, and ops of a step take effect
+    in :meth:`Schedule.execution_order` (lower source rank first), so the receiver of the first op, the
+    higher rank, would overwrite the block it has yet to send back. That block lands in the receiver's
+    scratch instead (``s[r c]``), as does every relayed block, and one local copy per run of such
+    blocks moves them to the output after the last transfer.
+    """
+    n, c = coll.nranks, coll.chunks
+    paths = paths or {(r, q): [r, q] for r in range(n) for q in range(n) if r != q}
+    ops = [Op(0, r, r, "i", r * c, "o", r * c, c) for r in range(n)]
+    staged: dict = {q: [] for q in range(n)}
+    relayed: dict = {m: [] for m in range(n)}  # per rank, per transit slot: the (in, out) steps held
+    last = 0
+    for (r, q), path in sorted(paths.items()):
+        t0 = step(r, q)
+        swap = len(path) == 2 and len(paths[q, r]) == 2
+        src = ("i", q * c)
+        for i, (a, b) in enumerate(zip(path, path[1:])):
+            if b != q:
+                dst = ("s", (n + _transit_slot(relayed[b], t0 + i, t0 + i + 1)) * c)
+            elif swap and r > q:
+                dst = ("o", r * c)
+            else:
+                dst = ("s", r * c)
+                staged[q].append(r)
+            ops.append(Op(t0 + i, a, b, *src, *dst, c, route=route(a, b)))
+            src = dst
+            last = max(last, t0 + i)
+    for q, sources in staged.items():
+        for run in _runs(sorted(sources)):
+            ops.append(Op(last + 1, q, q, "s", run[0] * c, "o", run[0] * c, len(run) * c))
+    staging = max((r + 1 for sources in staged.values() for r in sources), default=0)
+    transit = max(len(slots) for slots in relayed.values())
+    return ops, (n + transit if transit else staging) * c
+
+
+def _transit_slot(slots: list, arrive: int, leave: int) -> int:
+    """The first slot free from step ``arrive`` to ``leave`` (a slot read at a step may not be written
+    at that step); ``slots`` holds each slot's list of (arrive, leave) and is updated."""
+    for k, held in enumerate(slots):
+        if all(leave < a or arrive > b for a, b in held):
+            held.append((arrive, leave))
+            return k
+    slots.append([(arrive, leave)])
+    return len(slots) - 1
+
+
+def _runs(xs: list[int]) -> list[list[int]]:
+    """Consecutive runs of sorted integers: [0, 1, 3] -> [[0, 1], [3]]."""
+    runs: list[list[int]] = []
+    for x in xs:
+        if runs and runs[-1][-1] == x - 1:
+            runs[-1].append(x)
+        else:
+            runs.append([x])
+    return runs
+
+
+def _broadcast(coll: Collective, route) -> list[Op]:
+    """Like allgather: the root's local copy first, then the sends from its output."""
+    n, c, root = coll.nranks, coll.chunks, coll.root
+    return [Op(0, root, root, "i", 0, "o", 0, c)] + [
+        Op(1, root, q, "o", 0, "o", 0, c, route=route(root, q)) for q in range(n) if q != root]
+
+
+def _gather_sum(dst: int, src_index: int, dst_index: int, size: int, n: int, route) -> list[Op]:
+    """The N-1 ops that sum ``size`` chunks at input offset ``src_index`` of every rank into ``dst``'s
+    output at ``dst_index``: sender ``dst+1+s`` at step ``s``; step 0 also adds ``dst``'s own input,
+    later steps accumulate into the output (so no two ops of a step write one chunk)."""
+    ops = []
+    for s in range(n - 1):
+        src = (dst + 1 + s) % n
+        operand = ("i", src_index) if s == 0 else ("o", dst_index)
+        ops.append(Op(s, src, dst, "i", src_index, "o", dst_index, size, reduce=operand,
+                      route=route(src, dst)))
+    return ops
+
+
+def _reducescatter(coll: Collective, route) -> list[Op]:
+    n, c = coll.nranks, coll.chunks
+    return [op for q in range(n) for op in _gather_sum(q, q * c, 0, c, n, route)]
+
+
+def _reduce(coll: Collective, route) -> list[Op]:
+    return _gather_sum(coll.root, 0, 0, coll.chunks, coll.nranks, route)
+
+
+def _allreduce(coll: Collective, route) -> list[Op]:
+    n = coll.nranks
+    m = coll.chunks // n  # chunks per block; the caller made the chunk factor a multiple of n
+    ops = [op for q in range(n) for op in _gather_sum(q, q * m, q * m, m, n, route)]
+    ops.extend(Op(n - 1, q, r, "o", q * m, "o", q * m, m, route=route(q, r))
+               for q in range(n) for r in range(n) if r != q)
+    return ops
+
+
+_BUILDERS = {"allgather": _allgather, "broadcast": _broadcast,
+             "reducescatter": _reducescatter, "reduce": _reduce, "allreduce": _allreduce}

@@ -1,0 +1,805 @@
+"""Ring schedules for all six collectives, with topology-aware ring orders and several rings (lanes).
+
+Ring orders
+-----------
+*One node.* A ring is a Hamiltonian cycle over GPU pairs that have a route. :func:`best_tour` finds the
+cycle that maximises the bottleneck pair bandwidth, then the total (branch and bound over a depth-first
+search, run once per candidate bottleneck from the highest down; deterministic). On a switch every pair
+is as good as every other and the identity comes out at once; on meshes (NDv2's hybrid cube mesh, the
+16 GCDs of an MI250 node) the search follows the widest links.
+
+*Several rings.* When one ring cannot use every link (meshes), several rings (lanes) share the data
+evenly, each owning its own slice of the chunks, and ring counts 1..8 are compared by the bandwidth
+model (:func:`model_algbw`, the :meth:`Schedule.model_algbw` of the schedule it would build; fewest
+rings on a tie). On one node with few Hamiltonian cycles (at most
+CYCLE_LIMIT: meshes) :func:`pack_rings` picks, for each count, the multiset of cycles that maximises the
+per-ring rate ``min over links of bw / (rings on the link)``: on NDv2 six rings load every NVLink in
+proportion to its bandwidth (the optimum, 150 GB/s out of every GPU); on MI250 six rings reach 300 GB/s
+(no set of rings does better: a GCD's four links to its package twin can only be entered from its three
+single links). Elsewhere (switches, several nodes) each next ring is the best cycle under residual
+weights, the smallest ``bw / (rings already on the link + 1)`` over a pair's route (greedy).
+
+*Several nodes.* Rings cross nodes through NICs, one ring per NIC rail. A GPU's rail is the NIC its route
+to the next node leaves by (and, entering, arrives by). Ring ``j`` enters node ``n`` on rail
+``j + s[n]`` and leaves it on rail ``j + s[n+1]`` (mod the number of rails), so every hop between nodes
+stays on one rail and, over the rings, each node's NICs send once and receive once each. When a rail
+serves two or more GPUs of a node (DGX-2: NIC j serves GPUs 2j, 2j+1; NDv2: one NIC for all 8) the ring
+enters and leaves on the same rail (``s = 0``); when each rail has one GPU (DGX A100, H100) ``s``
+alternates 0, 1, 0, 1, ... (ending 2 for an odd node count; with only two rails and an odd node count the
+wrap-around hop crosses rails through the spine). Inside a node the ring follows the best Hamiltonian
+path between its entry and exit GPU; where many GPUs share a rail, the entry/exit pair is chosen by
+cutting the node's best cycle at a hop between allowed GPUs, preferring GPUs used least so far.
+
+Collectives on a ring of N ranks (positions p = 0..N-1, sends go from p to p+1)
+-------------------------------------------------------------------------------
+==============  ===================================================================  ================
+collective      algorithm                                                            steps
+==============  ===================================================================  ================
+allgather       own chunk copied locally and sent on; received chunks stored and     N-1
+                forwarded (``rcs``)
+reducescatter   partial sums travel in flight (``rrs``), the last receive reduces    N-1
+                into the output; the input is never written
+allreduce       reduce-scatter then allgather over N segments per ring: partial      2(N-1)
+                sums in flight, the final sum stored and forwarded (``rrcs``),
+                then stored and forwarded (``rcs``)
+alltoall        shifts along the ring order: the block for ``p+h`` goes straight     ceil((N-1)/2)
+                to it, shifts ``h`` and ``N-h`` in one step; a pair without a        + relay hops
+                route is relayed over the least-loaded chain of linked pairs; the    + 1
+                blocks an in-place call would overwrite too early wait in scratch
+broadcast       pipelined chain from the root: N segments per ring                    2(N-1)
+reduce          pipelined chain towards the root, partial sums in flight             2(N-1)
+==============  ===================================================================  ================
+
+Every ring op moves one chunk (see :class:`_Lane`: larger ops deadlock a ring when buffers are large).
+Per rank and ring the lowering then needs 2N-1 instructions for allreduce (63 for N = 32, under the
+runtimes' 64 steps per threadblock), N or N+1 for allgather and reducescatter, N (one per segment) for
+the chains. Alltoall talks to each peer in its own threadblock, a few steps each.
+
+Chunk factor: a ring needs one chunk per rank block (allgather, reducescatter) or N segments
+(allreduce, broadcast, reduce); with R rings the chunk factor becomes the smallest multiple of R times
+that need which is at least the requested one. Where that leaves a ring k > 1 chunks of a block, it runs
+k rounds one after another (the chains simply get k times more segments). Alltoall keeps the requested
+chunk factor. Every schedule is right both out of place and in place (:meth:`Schedule.check` runs
+both).
+
+References: the bandwidth-optimal ring allreduce (Patarasuk and Yuan, JPDC 2009); NCCL's rings; ring
+orders and NIC rails as in NCCL's topology search (``src/graph/search.cc``: rings per NIC, rail-local
+inter-node hops).
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from fractions import Fraction
+
+from colls.collectives import Collective
+from colls.errors import CollsError
+from colls.schedule import Op, Schedule
+from colls.synth import checked_route, schedule_facts
+from colls.synth.direct import alltoall_ops
+from colls.topology import NIC, Topology
+
+METHOD = "ring"
+MAX_RINGS = 8          # ring counts tried by default (or the number of NIC rails, if more)
+MAX_CHANNELS = 32      # the runtimes' channel limit: never more rings than this
+SEARCH_BUDGET = 100_000  # search nodes per best_tour level / pack_rings rate (a count, not a timer)
+CYCLE_LIMIT = 1000     # more Hamiltonian cycles than this: a dense graph, planned greedily
+
+
+# --------------------------------------------------------------------------------------------------------
+# Hamiltonian cycles and paths
+# --------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Tour:
+    """A Hamiltonian cycle (closed) or path: vertices in order, the smallest hop weight and the summed
+    hop value."""
+
+    order: tuple
+    bottleneck: Fraction | None
+    total: Fraction
+
+
+class _OutOfBudget(Exception):
+    pass
+
+
+def best_tour(vertices, weight: dict, start, end=None, value: dict | None = None,
+              budget: int = SEARCH_BUDGET) -> Tour | None:
+    """The Hamiltonian cycle through ``vertices`` from ``start`` (``end`` None) or the Hamiltonian path
+    from ``start`` to ``end`` that maximises the smallest hop weight, then the total hop value.
+
+    Parameters
+    ----------
+    vertices : the vertices to visit (each exactly once).
+    weight : ``(a, b) -> weight`` for the allowed directed hops (absent = not allowed).
+    start, end : first vertex; last vertex of a path (None for a cycle back to ``start``).
+    value : ``(a, b) -> value`` summed for the second criterion (default: ``weight``). The planner
+        ranks by residual bandwidth but sums the links' own bandwidth, so that on a switch, where every
+        path loads the same ports, all paths tie and the first one found is provably the best.
+    budget : search nodes per bottleneck level; when exhausted the best tour found so far is returned.
+
+    Returns the :class:`Tour`, or None when no tour exists (or none was found within the budget).
+
+    Method: for each distinct weight ``w`` from the largest down, a depth-first branch and bound over the
+    hops of weight >= ``w`` maximises the total (bound: the current total plus every remaining sender's
+    best hop; a vertex left without a usable predecessor or successor cuts the branch). The first level
+    with a tour gives the optimal bottleneck. Ties go to the first tour in (value, vertex) order, so the
+    answer is deterministic; with equal values everywhere the first tour found is provably optimal.
+    """
+    value = weight if value is None else value
+    verts = list(vertices)
+    n = len(verts)
+    if n == 1:
+        return Tour((start,), None, Fraction(0)) if end in (None, start) else None
+    idx = {v: i for i, v in enumerate(verts)}
+    hops = {(idx[a], idx[b]): w for (a, b), w in weight.items() if a in idx and b in idx and a != b}
+    s = idx[start]
+    e = None if end is None else idx[end]
+    for level in sorted(set(hops.values()), reverse=True):
+        allowed = {h: value[verts[h[0]], verts[h[1]]] for h, w in hops.items() if w >= level}
+        found = _search(n, allowed, s, e, budget)
+        if found is not None:
+            order = tuple(verts[i] for i in found)
+            pairs = _hops(order, end is None)
+            return Tour(order, min(weight[h] for h in pairs), sum((value[h] for h in pairs), Fraction(0)))
+    return None
+
+
+def _hops(order, closed: bool):
+    pairs = list(zip(order, order[1:]))
+    if closed and len(order) > 1:
+        pairs.append((order[-1], order[0]))
+    return pairs
+
+
+def _search(n: int, hops: dict, s: int, e: int | None, budget: int) -> list[int] | None:
+    """Branch and bound for the largest-total tour over ``hops`` (see :func:`best_tour`)."""
+    closed = e is None
+    out = [[] for _ in range(n)]
+    inmask, outmask = [0] * n, [0] * n
+    for (a, b), w in sorted(hops.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1])):
+        out[a].append((b, w))
+        inmask[b] |= 1 << a
+        outmask[a] |= 1 << b
+    senders = [i for i in range(n) if closed or i != e]
+    if any(not out[i] for i in senders) or any(not inmask[i] for i in range(n) if closed or i != s):
+        return None
+    maxout = [max((w for _, w in out[i]), default=0) for i in range(n)]
+    full = (1 << n) - 1
+    best_total: list = [None]
+    best_path: list = [None]
+    path = [s]
+    expanded = [0]
+
+    def feasible(visited: int, cur: int) -> bool:
+        # every unvisited vertex still needs a predecessor (an unvisited vertex or cur) and a successor
+        # (an unvisited vertex, or start to close a cycle; a path's end needs none)
+        free = full & ~visited
+        rest = free
+        while rest:
+            u = (rest & -rest).bit_length() - 1
+            rest &= rest - 1
+            bit = 1 << u
+            if not inmask[u] & (free | (1 << cur)) & ~bit:
+                return False
+            if u != e and not outmask[u] & ((free & ~bit) | ((1 << s) if closed else 0)):
+                return False
+        return True
+
+    def rec(i: int, visited: int, total, bound) -> None:
+        if visited == full:
+            if closed:
+                w = hops.get((i, s))
+                if w is None:
+                    return
+                total += w
+            if best_total[0] is None or total > best_total[0]:
+                best_total[0], best_path[0] = total, list(path)
+            return
+        if best_total[0] is not None and total + bound <= best_total[0]:
+            return
+        expanded[0] += 1
+        if expanded[0] > budget:
+            raise _OutOfBudget
+        rest = bound - maxout[i]
+        for j, w in out[i]:
+            bit = 1 << j
+            if visited & bit or (j == e and visited | bit != full):
+                continue
+            if not feasible(visited | bit, j):
+                continue
+            path.append(j)
+            rec(j, visited | bit, total + w, rest)
+            path.pop()
+
+    try:
+        rec(s, 1 << s, 0, sum(maxout[i] for i in senders))
+    except _OutOfBudget:
+        pass
+    return best_path[0]
+
+
+def all_cycles(vertices, hops, limit: int = CYCLE_LIMIT, budget: int = SEARCH_BUDGET) -> list | None:
+    """Every directed Hamiltonian cycle through ``vertices`` over the allowed ``hops`` (pairs), each
+    starting at the first vertex; None if there are more than ``limit`` (a dense graph: a switch) or
+    the depth-first enumeration takes more than ``budget`` steps."""
+    verts = list(vertices)
+    n = len(verts)
+    if n == 1:
+        return [tuple(verts)]
+    out = {v: [b for b in verts if (v, b) in hops] for v in verts}
+    start, found, expanded = verts[0], [], [0]
+
+    def rec(v, seen: set, path: list) -> bool:
+        expanded[0] += 1
+        if len(path) == n:
+            if (v, start) in hops:
+                found.append(tuple(path))
+            return len(found) <= limit
+        for b in out[v]:
+            if b not in seen:
+                seen.add(b)
+                path.append(b)
+                ok = rec(b, seen, path) and expanded[0] <= budget
+                path.pop()
+                seen.discard(b)
+                if not ok:
+                    return False
+        return True
+
+    return found if rec(start, {start}, [start]) else None
+
+
+def pack_rings(topology: Topology, cycles: list[tuple], count: int, above: Fraction | None = None,
+               budget: int = SEARCH_BUDGET) -> tuple[Fraction, list[tuple]] | None:
+    """``count`` rings from ``cycles`` (repeats allowed) that maximise the per-ring rate
+    ``T = min over physical links of bw / (rings on the link)``; returns (T, rings) or None.
+
+    Each candidate ``T`` (a link bandwidth over 1..count, from the largest down; only ``count * T >
+    above`` when ``above`` is given) gives every link a capacity of ``floor(bw / T)`` rings, and a
+    depth-first search picks cycles in their given order (best first), skipping every cycle through a
+    saturated link (bit sets). Together the rings then carry ``count * T``: on NDv2's hybrid cube mesh
+    six rings use every NVLink exactly in proportion to its bandwidth (150 GB/s per GPU).
+    """
+    link_index: dict = {}
+    uses = []  # per cycle: [(link, times)]
+    for order in cycles:
+        c: dict = defaultdict(int)
+        for a, b in _hops(order, True):
+            route = topology.route(a, b)
+            for link in zip(route, route[1:]):
+                c[link_index.setdefault(link, len(link_index))] += 1
+        uses.append(sorted(c.items()))
+    links = sorted(link_index, key=link_index.get)
+    bw = [topology.bw(u, v) for u, v in links]
+    through = [0] * len(links)  # link -> bit set of the cycles using it
+    for i, u in enumerate(uses):
+        for e, _ in u:
+            through[e] |= 1 << i
+    gpus = topology.gpus
+    egress = {g: {link_index[(u, v)] for (u, v) in links if u == g} for g in gpus}
+    ingress = {g: {link_index[(u, v)] for (u, v) in links if v == g} for g in gpus}
+    everything = (1 << len(cycles)) - 1
+    for rate in sorted({b / m for b in set(bw) for m in range(1, count + 1)}, reverse=True):
+        if above is not None and count * rate <= above:
+            break
+        cap = [int(b // rate) for b in bw]
+        if any(sum(cap[e] for e in side[g]) < count for side in (egress, ingress) for g in gpus):
+            continue
+        blocked = 0
+        for e, k in enumerate(cap):
+            if k == 0:
+                blocked |= through[e]
+        expanded = [0]
+
+        def dfs(first: int, left: int, allowed: int) -> list[int] | None:
+            if left == 0:
+                return []
+            expanded[0] += 1
+            if expanded[0] > budget:
+                raise _OutOfBudget
+            rest = allowed >> first << first
+            while rest:
+                i = (rest & -rest).bit_length() - 1
+                rest &= rest - 1
+                if any(cap[e] < k for e, k in uses[i]):
+                    continue
+                for e, k in uses[i]:
+                    cap[e] -= k
+                full = 0
+                for e, _ in uses[i]:
+                    if cap[e] == 0:
+                        full |= through[e]
+                found = dfs(i, left - 1, allowed & ~full)
+                for e, k in uses[i]:
+                    cap[e] += k
+                if found is not None:
+                    return [i] + found
+            return None
+
+        try:
+            chosen = dfs(0, count, everything & ~blocked)
+        except _OutOfBudget:
+            chosen = None
+        if chosen is not None:
+            return rate, [cycles[i] for i in chosen]
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------
+# Ring planning
+# --------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Ring:
+    """One ring: ranks in order (the last sends to the first) and, across nodes, its NIC crossings."""
+
+    order: tuple
+    crossings: tuple = ()
+
+
+def _natural(text: str) -> list:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
+
+
+def _rail(topology: Topology, route: tuple | None, last: bool) -> str | None:
+    """The rail a route leaves (or, ``last``, enters) a node by: its first (last) NIC's name without the
+    node prefix and direction (``"n1.nic3.rx"`` -> ``"nic3"``); ``"net"`` if it passes no NIC."""
+    if route is None:
+        return None
+    nics = [v for v in route[1:-1] if topology.kind(v) == NIC]
+    if not nics:
+        return "net"
+    name = str(nics[-1] if last else nics[0])
+    return re.sub(r"\.(tx|rx)$", "", re.sub(r"^n\d+\.", "", name))
+
+
+class _Planner:
+    """Plans ring sets: packed from all Hamiltonian cycles on a one-node mesh, otherwise built one ring
+    at a time, each under the link loads the earlier ones left (greedy)."""
+
+    def __init__(self, topology: Topology):
+        self.topology = topology
+        self.loads: dict = defaultdict(int)  # physical link -> rings using it
+        self.rings: list[Ring] = []
+        self.rails: list[str] = []
+        groups: dict = defaultdict(list)
+        for r in topology.gpus:
+            groups[topology.node_of(r)].append(r)
+        self.groups = [groups[k] for k in sorted(groups, key=lambda k: (k is None, k))]
+        if len(self.groups) > 1:
+            self._init_rails()
+
+    def ring_sets(self, counts) -> dict[int, list[Ring]]:
+        """Ring sets to compare, by ring count. On one node with few Hamiltonian cycles (a mesh), the
+        :func:`pack_rings` set of each count, leaving out counts that cannot carry more than a smaller
+        count already does; otherwise the prefixes of the greedy rings."""
+        cycles = self._cycles() if len(self.groups) == 1 else None
+        if cycles is None:
+            planned = self.plan(max(counts))
+            return {k: planned[:k] for k in counts}
+        sets: dict = {}
+        carried = None
+        for k in counts:
+            found = pack_rings(self.topology, cycles, k, above=carried if len(counts) > 1 else None)
+            if found is not None:
+                sets[k] = [Ring(order) for order in found[1]]
+                carried = k * found[0] if carried is None else max(carried, k * found[0])
+        return sets or {k: self.plan(k) for k in counts}
+
+    def _cycles(self) -> list[tuple] | None:
+        """All Hamiltonian cycles of the node over routed pairs, best (bottleneck, total) first; None
+        for a dense graph (more than CYCLE_LIMIT)."""
+        t, verts = self.topology, self.groups[0]
+        hops = {(a, b) for a in verts for b in verts if a != b and t.route(a, b) is not None}
+        cycles = all_cycles(verts, hops)
+        if cycles is None:
+            return None
+        if not cycles:
+            raise self._no_ring(verts)
+
+        def quality(order):
+            ws = [t.route_bandwidth(t.route(a, b)) for a, b in _hops(order, True)]
+            return -min(ws), -sum(ws), order
+
+        return sorted(cycles, key=quality)
+
+    def plan(self, count: int) -> list[Ring]:
+        """The first ``count`` greedy rings (each planned under the loads of the ones before)."""
+        while len(self.rings) < count:
+            ring = self._next_single() if len(self.groups) == 1 else self._next_multi(len(self.rings))
+            for a, b in _hops(ring.order, True):
+                route = self.topology.route(a, b)
+                for link in zip(route, route[1:]):
+                    self.loads[link] += 1
+            self.rings.append(ring)
+        return self.rings[:count]
+
+    @property
+    def default_count(self) -> int:
+        return min(MAX_CHANNELS, max(MAX_RINGS, len(self.rails)))
+
+    def weights(self, verts) -> tuple[dict, dict]:
+        """Of every routed pair: the residual weight, min over its links of bw / (rings on it + 1), and
+        the value, its route's own bandwidth (see :func:`best_tour`)."""
+        t = self.topology
+        w, v = {}, {}
+        for a in verts:
+            for b in verts:
+                route = t.route(a, b) if a != b else None
+                if route is not None:
+                    links = list(zip(route, route[1:]))
+                    w[a, b] = min(t.bw(*link) / (self.loads[link] + 1) for link in links)
+                    v[a, b] = t.route_bandwidth(route)
+        return w, v
+
+    def _next_single(self) -> Ring:
+        verts = self.groups[0]
+        w, v = self.weights(verts)
+        tour = best_tour(verts, w, verts[0], value=v)
+        if tour is None:
+            raise self._no_ring(verts)
+        return Ring(tour.order)
+
+    def _no_ring(self, verts) -> CollsError:
+        t = self.topology
+        missing = [(a, b) for a in verts for b in verts if a != b and t.route(a, b) is None]
+        why = "the search found none"
+        if missing:
+            why = (f"no link between GPU {missing[0][0]} and GPU {missing[0][1]}, and "
+                   f"{len(missing) - 1} more pairs")
+        return CollsError(f"{METHOD}: no ring through all {len(verts)} GPUs of {t.name} uses only "
+                          f"linked pairs ({why})")
+
+    # --- several nodes ------------------------------------------------------------------------------
+    def _init_rails(self) -> None:
+        t, groups = self.topology, self.groups
+        nn = len(groups)
+        self.tx, self.rx = {}, {}
+        for n, g in enumerate(groups):
+            nxt, prv = groups[(n + 1) % nn], groups[(n - 1) % nn]
+            for i, a in enumerate(g):
+                self.tx[a] = _rail(t, t.route(a, nxt[min(i, len(nxt) - 1)]), last=False)
+                self.rx[a] = _rail(t, t.route(prv[min(i, len(prv) - 1)], a), last=True)
+        self.rails = sorted({r for r in list(self.tx.values()) + list(self.rx.values()) if r}, key=_natural)
+        if not self.rails:
+            raise CollsError(f"{METHOD}: no GPU of {t.name} has a route to another node")
+        k = len(self.rails)
+        # Can every node enter and leave on the same rail through two different GPUs?
+        same = all(len(g) == 1 or any(self.rx[a] == r and self.tx[b] == r and a != b
+                                      for a in g for b in g)
+                   for g in groups for r in self.rails)
+        if same:
+            entry = [0] * nn
+        else:
+            entry = [n % 2 for n in range(nn)]
+            if nn % 2 and nn > 1 and k >= 3:
+                entry[-1] = 2
+        leave = [entry[(n + 1) % nn] for n in range(nn)]
+        for n in range(nn):
+            if not same and leave[n] == entry[n]:
+                leave[n] = entry[n] + 1  # two rails, odd node count: the wrap-around crosses rails
+        self.entry_offset, self.exit_offset = entry, leave
+        self.uses: dict = defaultdict(int)  # GPU -> times it was a ring's entry or exit
+
+    def _next_multi(self, j: int) -> Ring:
+        t, k = self.topology, len(self.rails)
+        paths = []
+        for n, g in enumerate(self.groups):
+            paths.append(self._node_path(g, self.rails[(j + self.entry_offset[n]) % k],
+                                         self.rails[(j + self.exit_offset[n]) % k]))
+        crossings = []
+        nn = len(paths)
+        for n in range(nn):
+            x, e = paths[n][-1], paths[(n + 1) % nn][0]
+            route = checked_route(t, x, e, METHOD, "a ring must cross between these nodes here")
+            nics = [v for v in route[1:-1] if t.kind(v) == NIC]
+            out, into = _rail(t, route, False), _rail(t, route, True)
+            crossings.append({"from": x, "to": e, "tx": str(nics[0]) if nics else None,
+                              "rx": str(nics[-1]) if nics else None,
+                              "rail": out if out == into else f"{out}->{into}", "rail_matched": out == into})
+        for p in paths:
+            self.uses[p[0]] += 1
+            self.uses[p[-1]] += 1
+        return Ring(tuple(r for p in paths for r in p), tuple(crossings))
+
+    def _node_path(self, g: list, entry_rail: str, exit_rail: str) -> tuple:
+        if len(g) == 1:
+            return (g[0],)
+        ins = [a for a in g if self.rx[a] == entry_rail] or [a for a in g if self.rx[a]]
+        outs = [a for a in g if self.tx[a] == exit_rail] or [a for a in g if self.tx[a]]
+        pairs = [(a, b) for a in ins for b in outs if a != b]
+        w, v = self.weights(g)
+        candidates = []
+        if len(pairs) > 4:
+            # Many GPUs share the rails: cut the node's best cycle at a hop exit -> entry.
+            tour = best_tour(g, w, g[0], value=v)
+            allowed = set(pairs)
+            for i in range(len(g) if tour else 0):
+                if (tour.order[i], tour.order[i - 1]) in allowed:
+                    candidates.append(tour.order[i:] + tour.order[:i])
+        if not candidates:
+            for a, b in pairs:
+                found = best_tour(g, w, a, b, value=v)
+                if found is not None:
+                    candidates.append(found.order)
+        if not candidates:
+            raise CollsError(f"{METHOD}: no path through the {len(g)} GPUs of node "
+                             f"{self.topology.node_of(g[0])} of {self.topology.name} joins a GPU on "
+                             f"{entry_rail} to one on {exit_rail} over linked pairs")
+
+        def score(path):
+            hops = _hops(path, False)
+            return (min(w[h] for h in hops), sum((v[h] for h in hops), Fraction(0)),
+                    -(self.uses[path[0]] + self.uses[path[-1]]))
+
+        return max(candidates, key=score)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Collectives on one ring
+# --------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Lane:
+    """One ring's share: ``order`` of ranks, its lane, its offset ``base`` inside every rank block, the
+    ``k`` chunk columns it owns there (per segment for allreduce, broadcast and reduce), the chunk factor
+    ``c`` and the hop routes (``routes[p]``: from ``order[p]`` to ``order[p+1]``).
+
+    Every op moves one chunk: a ring is a cycle of connections, and the runtime's FIFO holds two
+    messages per connection, so an op of several chunks (one message each when buffers are large) would
+    let every rank fill its successor's FIFO and wait for room while nobody receives: a deadlock. More
+    columns therefore run as consecutive rounds (or, for the chains, as more pipelined segments).
+    """
+
+    order: tuple
+    lane: int
+    base: int
+    k: int
+    c: int
+    routes: tuple
+
+    @property
+    def n(self) -> int:
+        return len(self.order)
+
+    def send(self, step, p, src_buf, src_index, dst_buf, dst_index, reduce=None) -> Op:
+        """A one-chunk op from position ``p`` to position ``p + 1``."""
+        n = self.n
+        return Op(step, self.order[p % n], self.order[(p + 1) % n], src_buf, src_index, dst_buf,
+                  dst_index, 1, reduce, self.lane, self.routes[p % n])
+
+
+def _allgather(ln: _Lane) -> list[Op]:
+    n = ln.n
+    # each lane copies its own columns (one dependency each for an in-place call's self-copy)
+    ops = [Op(0, r, r, "i", ln.base, "o", r * ln.c + ln.base, ln.k, lane=ln.lane) for r in ln.order]
+    for m in range(ln.k):
+        col = ln.base + m
+        for p in range(n):
+            for s in range(n - 1):
+                slot = ln.order[(p - s) % n] * ln.c + col
+                ops.append(ln.send(m * (n - 1) + s, p, "i" if s == 0 else "o", col if s == 0 else slot,
+                                   "o", slot))
+    return ops
+
+
+def _reducescatter(ln: _Lane) -> list[Op]:
+    n, ops = ln.n, []
+    for m in range(ln.k):
+        col = ln.base + m
+        for p in range(n):
+            for s in range(n - 1):
+                blk = ln.order[(p - s - 1) % n] * ln.c + col
+                final = s == n - 2
+                ops.append(ln.send(m * (n - 1) + s, p, "i" if s == 0 else "t", blk, "o" if final else "t",
+                                   col if final else blk, reduce=("i", blk)))
+    return ops
+
+
+def _allreduce(ln: _Lane) -> list[Op]:
+    n, ops = ln.n, []
+    for m in range(ln.k):
+        t0 = m * 2 * (n - 1)
+        seg = [ln.base + m * n + d for d in range(n)]  # segment d ends reduced at position d
+        for p in range(n):
+            for s in range(n - 1):
+                i = seg[(p - s - 1) % n]
+                final = s == n - 2
+                ops.append(ln.send(t0 + s, p, "i" if s == 0 else "t", i, "o" if final else "t", i,
+                                   reduce=("i", i)))
+                i = seg[(p - s) % n]
+                ops.append(ln.send(t0 + n - 1 + s, p, "o", i, "o", i))
+    return ops
+
+
+def _chain(ln: _Lane, first: int) -> list[int]:
+    """Positions of the chain that starts at position ``first`` (it uses hops first .. first+N-2)."""
+    return [(first + h) % ln.n for h in range(ln.n)]
+
+
+def _broadcast(ln: _Lane, root: int) -> list[Op]:
+    n = ln.n
+    ops = [Op(0, root, root, "i", ln.base, "o", ln.base, n * ln.k, lane=ln.lane)]
+    chain = _chain(ln, ln.order.index(root))
+    for b in range(n * ln.k):
+        i = ln.base + b
+        for h in range(n - 1):
+            ops.append(ln.send(b + h, chain[h], "i" if h == 0 else "o", i, "o", i))
+    return ops
+
+
+def _reduce(ln: _Lane, root: int) -> list[Op]:
+    n, ops = ln.n, []
+    chain = _chain(ln, ln.order.index(root) + 1)  # ends at the root
+    for b in range(n * ln.k):
+        i = ln.base + b
+        for h in range(n - 1):
+            final = h == n - 2
+            ops.append(ln.send(b + h, chain[h], "i" if h == 0 else "t", i, "o" if final else "t", i,
+                               reduce=("i", i)))
+    return ops
+
+
+def _alltoall(topology: Topology, coll: Collective, order: tuple) -> tuple[Schedule, int]:
+    """Alltoall as shifts along the ring order: the block for position p+h leaves at step
+    min(h, N-h) - 1, so each step pairs the shifts h and N-h (see
+    :func:`colls.synth.direct.alltoall_ops`). A pair without a route is relayed over routed pairs, on
+    the path that costs least under the load already placed (Dijkstra; a hop costs the time its links
+    need with one more block on them), after every direct pair. Returns (schedule, relayed pairs).
+
+    With relays, blocks of several chunks would deadlock when buffers are large (a relay's
+    multi-message receive and send wait on each other's FIFO around a cycle of ranks); each chunk
+    column then runs on its own lane, the one-chunk schedule replicated (:meth:`Schedule.replicate`).
+    """
+    n, c = coll.nranks, coll.chunks
+    pos = {r: p for p, r in enumerate(order)}
+
+    def step(a: int, b: int) -> int:
+        h = (pos[b] - pos[a]) % n
+        return min(h, n - h) - 1
+
+    pairs = sorted(((a, b) for a in range(n) for b in range(n) if a != b),
+                   key=lambda ab: (step(*ab), pos[ab[0]], ab))
+    links = {ab: list(zip(r, r[1:])) for ab in pairs if (r := topology.route(*ab)) is not None}
+    loads: dict = defaultdict(int)
+    paths: dict = {}
+    for ab in sorted(pairs, key=lambda ab: ab not in links):  # direct pairs first, order kept
+        paths[ab] = list(ab) if ab in links else _cheapest_path(topology, links, loads, c, *ab)
+        for hop in zip(paths[ab], paths[ab][1:]):
+            for link in links[hop]:
+                loads[link] += c
+    relayed = sum(len(p) > 2 for p in paths.values())
+    copies = c if relayed else 1
+    one = coll.with_chunks(c // copies)
+    ops, scratch = alltoall_ops(one, topology.route, step, paths)
+    schedule = Schedule(one, ops, METHOD, scratch).replicate(copies)
+    schedule.info.pop("instances", None)  # replicate() notes its copies as --instances: they are not
+    return schedule, relayed
+
+
+def _cheapest_path(topology: Topology, links: dict, loads: dict, c: int, a: int, b: int) -> list[int]:
+    """Dijkstra from ``a`` to ``b`` over routed pairs; a hop costs sum over its links of
+    (load + c) / bw. Ties: fewer hops, then the path in rank order."""
+    out: dict = defaultdict(list)
+    for (u, v) in links:
+        out[u].append(v)
+    heap = [(0.0, 0, (a,))]
+    done = set()
+    while heap:
+        cost, hops, path = heapq.heappop(heap)
+        u = path[-1]
+        if u == b:
+            return list(path)
+        if u in done:
+            continue
+        done.add(u)
+        for v in out[u]:
+            if v not in done:
+                step_cost = sum((loads[e] + c) / float(topology.bw(*e)) for e in links[u, v])
+                heapq.heappush(heap, (cost + step_cost, hops + 1, path + (v,)))
+    raise CollsError(f"{METHOD}: no chain of linked GPUs leads from GPU {a} to GPU {b} on "
+                     f"{topology.name}")
+
+
+def _unit(kind: str, n: int) -> int:
+    return n if kind in ("allreduce", "broadcast", "reduce") else 1
+
+
+def _ring_schedule(topology: Topology, coll: Collective, rings: list[Ring]) -> Schedule:
+    """The schedule of ``coll`` over ``rings``, each ring owning an equal slice of the chunks."""
+    n, nr = coll.nranks, len(rings)
+    per = nr * _unit(coll.kind, n)
+    coll = coll.with_chunks(per * -(-coll.chunks // per))
+    k = coll.chunks // per
+    c = coll.chunks
+    ops: list[Op] = []
+    for lane, ring in enumerate(rings):
+        routes = tuple(topology.route(a, b) for a, b in _hops(ring.order, True))
+        ln = _Lane(ring.order, lane, lane * (c // nr), k, c, routes)
+        if coll.rooted:
+            ops += (_broadcast if coll.kind == "broadcast" else _reduce)(ln, coll.root)
+        else:
+            ops += {"allgather": _allgather, "reducescatter": _reducescatter,
+                    "allreduce": _allreduce}[coll.kind](ln)
+    return Schedule(coll, ops, METHOD)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The method
+# --------------------------------------------------------------------------------------------------------
+def synthesize(topology: Topology, collective: Collective, *, rings: int | None = None,
+               **options) -> Schedule:
+    """A ring schedule of ``collective`` on ``topology``.
+
+    Parameters
+    ----------
+    rings : number of rings (lanes); default: the count in 1..8 (or the number of NIC rails, if more)
+        with the best modelled algbw, fewest rings on a tie.
+    options : accepted and ignored (the pipeline passes every method the same options).
+
+    Raises CollsError when the rank count is not the topology's GPU count, ``rings`` is out of range, or
+    the fabric has no ring (a needed pair has no route).
+    """
+    n = collective.nranks
+    if n != topology.ngpus:
+        raise CollsError(f"{METHOD}: the collective has {n} ranks but {topology.name} has "
+                         f"{topology.ngpus} GPUs")
+    if rings is not None and not (isinstance(rings, int) and 1 <= rings <= MAX_CHANNELS):
+        raise CollsError(f"must be an integer in 1..{MAX_CHANNELS}, got {rings!r}", key="rings")
+    planner = _Planner(topology)
+    if collective.kind == "alltoall":
+        ring = planner.ring_sets([1])[1][0]
+        schedule, relayed = _alltoall(topology, collective, ring.order)
+        schedule.info.update(_ring_info(topology, [ring]), rings=1, relayed_pairs=relayed)
+        schedule.info.update(schedule_facts(schedule, topology))
+        if rings not in (None, 1):
+            schedule.info["note"] = "alltoall shifts use one lane; rings ignored"
+        return schedule
+    counts = [rings] if rings else list(range(1, planner.default_count + 1))
+    sets = planner.ring_sets(counts)
+    tried = {count: model_algbw(topology, collective, ring_set) for count, ring_set in sets.items()}
+    best_count = min(tried, key=lambda count: (-tried[count], count))
+    best = _ring_schedule(topology, collective, sets[best_count])
+    best.info.update(_ring_info(topology, sets[best_count]), rings=best_count,
+                     algbw_by_ring_count=[[count, float(bw)] for count, bw in tried.items()])
+    best.info.update(schedule_facts(best, topology))
+    return best
+
+
+def model_algbw(topology: Topology, collective: Collective, rings: list[Ring]) -> Fraction:
+    """The :meth:`Schedule.model_algbw` the ring schedule over ``rings`` will have, without building it.
+
+    Per chunk column, every ring moves N chunks of the buffer (nchunksperloop is N per ring and
+    column for every collective but alltoall, which is not planned on rings) and each of its hops
+    carries: N-1 chunks (allgather, reducescatter), 2(N-1) (allreduce), N segments (the chains, except
+    the one hop that closes the ring: into the root for broadcast, out of it for reduce).
+    """
+    n = collective.nranks
+    loads: dict = defaultdict(int)
+    for ring in rings:
+        order = ring.order
+        per_hop = {"allgather": n - 1, "reducescatter": n - 1, "allreduce": 2 * (n - 1)}.get(
+            collective.kind, n)
+        idle = None
+        if collective.rooted:
+            q = order.index(collective.root)
+            idle = (q - 1) % n if collective.kind == "broadcast" else q
+        for p, (a, b) in enumerate(_hops(order, True)):
+            if p != idle:
+                route = topology.route(a, b)
+                for link in zip(route, route[1:]):
+                    loads[link] += per_hop
+    return Fraction(len(rings) * n) / max(Fraction(k) / topology.bw(*link) for link, k in loads.items())
+
+
+def _ring_info(topology: Topology, rings: list[Ring]) -> dict:
+    info = {"ring_orders": [list(r.order) for r in rings],
+            "ring_link_gbps": [float(min(topology.route_bandwidth(topology.route(a, b))
+                                         for a, b in _hops(r.order, True))) for r in rings]}
+    if any(r.crossings for r in rings):
+        info["ring_rails"] = [[x["rail"] for x in r.crossings] for r in rings]
+        info["nic_crossings"] = [list(r.crossings) for r in rings]
+        info["rail_matched"] = all(x["rail_matched"] for r in rings for x in r.crossings)
+    return info

@@ -1,0 +1,122 @@
+"""Tests of colls.synth.direct and of the method registry (colls.synth)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+import topos
+from colls.collectives import KINDS, Collective
+from colls.errors import CollsError
+from colls.synth import METHODS, direct, get_method, ring
+
+FIXTURES = {
+    "switch4": lambda: topos.switch_node(4),
+    "switch8": lambda: topos.switch_node(8),
+    "mesh4": lambda: topos.mesh_node(topos.MESH4),
+    "rails2x4": lambda: topos.rail_cluster(2, 4),
+    "shared2x4": lambda: topos.shared_nic_cluster(2, 4),
+}
+STEPS = {"allgather": 2, "alltoall": 2, "broadcast": 2, "reducescatter": "N-1", "reduce": "N-1",
+         "allreduce": "N"}
+
+
+@pytest.mark.parametrize("name", list(FIXTURES))
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_schedule_is_correct_physical_and_short(name, kind, chunks):
+    topo = FIXTURES[name]()
+    n = topo.ngpus
+    s = direct.synthesize(topo, Collective(kind, n, chunks, root=n - 1))
+    s.check()
+    topos.assert_routes_physical(topo, s)
+    assert s.method == "direct" and s.collective.kind == kind and s.collective.root == n - 1
+    want = STEPS[kind]
+    assert s.nsteps == {"N-1": n - 1, "N": n}.get(want, want)
+    if kind == "allreduce":
+        assert s.collective.chunks % n == 0 and chunks <= s.collective.chunks < chunks + n
+    else:
+        assert s.collective.chunks == chunks
+    assert s.info["steps"] == s.nsteps and s.info["model_algbw_gbps"] > 0
+
+
+def test_few_ops_with_many_chunks():
+    topo = topos.switch_node(4)
+    s = direct.synthesize(topo, Collective("allgather", 4, 5))
+    assert len(s.ops) == 16 and {op.count for op in s.ops} == {5}
+    s = direct.synthesize(topo, Collective("alltoall", 4, 5))
+    assert len([op for op in s.ops if not op.local]) == 12
+    assert {op.count for op in s.ops if not op.local} == {5}
+
+
+def test_reductions_into_one_chunk_are_serialised():
+    topo = topos.switch_node(6)
+    for kind in ("reducescatter", "reduce", "allreduce"):
+        s = direct.synthesize(topo, Collective(kind, 6, 2, root=2))
+        seen = set()
+        for op in s.ops:
+            if op.reduce is not None:
+                for slot in op.dst_slots():
+                    assert (op.step, slot) not in seen
+                    seen.add((op.step, slot))
+
+
+def test_switch_bandwidth_model():
+    n, bw = 8, 150
+    topo = topos.switch_node(n, bw)
+    for kind in ("allgather", "reducescatter", "alltoall"):
+        s = direct.synthesize(topo, Collective(kind, n))
+        assert s.model_algbw(topo)[0] == Fraction(bw * n, n - 1)
+    s = direct.synthesize(topo, Collective("allreduce", n))
+    assert s.model_algbw(topo)[0] == Fraction(bw * n, 2 * (n - 1))
+    assert direct.synthesize(topo, Collective("broadcast", n)).model_algbw(topo)[0] == Fraction(bw, n - 1)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_mesh_without_all_pairs_is_refused_naming_a_pair(kind):
+    topo = topos.ndv2()
+    pair = "GPU 5 and GPU 0" if kind == "reduce" else "GPU 0 and GPU 5"
+    with pytest.raises(CollsError, match=f"direct: no link between {pair} on ndv2 "
+                                         r"\(the fabric does not allow a direct schedule\)"):
+        direct.synthesize(topo, Collective(kind, 8))
+
+
+def test_rooted_collectives_need_only_the_root_pairs():
+    star = topos.mesh_node([[0, 1, 1, 1], [1, 0, 0, 0], [1, 0, 0, 0], [1, 0, 0, 0]], name="star")
+    for kind in ("broadcast", "reduce"):
+        s = direct.synthesize(star, Collective(kind, 4, 2, root=0))
+        s.check()
+        with pytest.raises(CollsError, match="no link between GPU"):
+            direct.synthesize(star, Collective(kind, 4, 2, root=1))
+    with pytest.raises(CollsError, match="no link between GPU 1 and GPU 2 on star"):
+        direct.synthesize(star, Collective("allgather", 4))
+
+
+def test_rank_count_must_match():
+    with pytest.raises(CollsError, match="3 ranks but switch4 has 4 GPUs"):
+        direct.synthesize(topos.switch_node(4), Collective("allgather", 3))
+
+
+# --- the registry ------------------------------------------------------------------------------------------
+def test_registry():
+    assert METHODS == {"ring": ring.synthesize, "direct": direct.synthesize}
+    assert get_method("direct") is direct.synthesize and get_method("ring") is ring.synthesize
+    with pytest.raises(CollsError, match=r"unknown method 'milp' \(choose from direct, ring\)"):
+        get_method("milp")
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_every_method_accepts_and_ignores_unknown_options(method):
+    topo = topos.switch_node(4)
+    s = get_method(method)(topo, Collective("allgather", 4), sketch=None, unknown=1)
+    s.check()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_lowered_program_verifies(kind):
+    pipeline = pytest.importorskip("colls.pipeline")
+    topo = topos.rail_cluster(2, 4)
+    for chunks in (1, 3):
+        compiled = pipeline.compile_schedule(topo, Collective(kind, 8, chunks, root=5), "direct")
+        assert compiled.report.ok

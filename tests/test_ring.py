@@ -1,0 +1,336 @@
+"""Tests of colls.synth.ring: correctness of every collective, ring orders against brute force, rails,
+step budgets and the bandwidth model on the fixtures of tests/topos.py."""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import topos
+from colls.collectives import KINDS, Collective
+from colls.errors import CollsError
+from colls.synth import get_method, ring
+from colls.synth.ring import Ring, all_cycles, best_tour, pack_rings
+
+FIXTURES = {
+    "switch4": lambda: topos.switch_node(4),
+    "switch8": lambda: topos.switch_node(8),
+    "mesh4": lambda: topos.mesh_node(topos.MESH4),
+    "ndv2": topos.ndv2,
+    "rails2x4": lambda: topos.rail_cluster(2, 4),
+    "shared2x4": lambda: topos.shared_nic_cluster(2, 4),
+    "ndv2x2": lambda: topos.ndv2_cluster(2),
+}
+_cache: dict = {}
+
+
+def fixture(name: str):
+    if name not in _cache:
+        _cache[name] = FIXTURES[name]()
+    return _cache[name]
+
+
+def synth(topology, kind, chunks=1, root=0, **options):
+    return ring.synthesize(topology, Collective(kind, topology.ngpus, chunks, root), **options)
+
+
+def cycle_quality(topology, order):
+    ws = [topology.route_bandwidth(topology.route(a, b)) for a, b in zip(order, order[1:] + order[:1])]
+    return min(ws), sum(ws)
+
+
+# --- every collective is correct, routed and keeps its kind ------------------------------------------
+@pytest.mark.parametrize("name", list(FIXTURES))
+@pytest.mark.parametrize("kind", KINDS)
+def test_schedule_is_correct_and_physical(name, kind):
+    topo = fixture(name)
+    root = min(3, topo.ngpus - 1)
+    s = synth(topo, kind, root=root)
+    s.check()
+    topos.assert_routes_physical(topo, s)
+    assert (s.collective.kind, s.collective.nranks, s.collective.root) == (kind, topo.ngpus, root)
+    assert s.method == "ring"
+    info = s.info
+    assert info["rings"] == len(info["ring_orders"]) >= 1
+    for order in info["ring_orders"]:
+        assert sorted(order) == topo.gpus
+    if kind != "alltoall":
+        assert s.lanes == list(range(info["rings"]))
+        # each lane only talks along its own ring
+        for op in s.ops:
+            if not op.local:
+                order = info["ring_orders"][op.lane]
+                assert order[(order.index(op.src) + 1) % len(order)] == op.dst, op.describe()
+        # the ring count was chosen on the same model, computed without building the ops
+        rings = [Ring(tuple(order)) for order in info["ring_orders"]]
+        assert ring.model_algbw(topo, s.collective, rings) == s.model_algbw(topo)[0]
+    assert info["model_algbw_gbps"] == pytest.approx(float(s.model_algbw(topo)[0]))
+    assert info["bottleneck_class"] in {d["cls"] for _, _, d in topo.links()}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("chunks", [1, 2, 5])
+def test_chunk_factor_is_honoured_or_raised_to_what_the_rings_need(kind, chunks):
+    topo = fixture("ndv2")
+    s = synth(topo, kind, chunks)
+    s.check()
+    if kind == "alltoall":  # shifts (with relays) take any chunk factor
+        assert s.collective.chunks == chunks
+        return
+    per_ring = 8 if kind in ("allreduce", "broadcast", "reduce") else 1
+    need = s.info["rings"] * per_ring
+    assert s.collective.chunks % need == 0
+    assert chunks <= s.collective.chunks < chunks + need
+
+
+def test_explicit_ring_count_and_its_limits():
+    topo = fixture("ndv2")
+    s = synth(topo, "allgather", rings=2)
+    s.check()
+    assert s.info["rings"] == 2 and s.lanes == [0, 1] and s.collective.chunks == 2
+    for bad in (0, 33, 1.5, "2"):
+        with pytest.raises(CollsError, match="rings"):
+            synth(topo, "allgather", rings=bad)
+
+
+def test_rank_count_must_match_the_topology():
+    with pytest.raises(CollsError, match="4 ranks but switch8 has 8 GPUs"):
+        ring.synthesize(fixture("switch8"), Collective("allgather", 4))
+
+
+def test_no_ring_names_a_missing_pair():
+    # a star: GPU 0 linked to 1, 2, 3, which are not linked to each other
+    matrix = [[0, 1, 1, 1], [1, 0, 0, 0], [1, 0, 0, 0], [1, 0, 0, 0]]
+    with pytest.raises(CollsError, match=r"ring: no ring .*no link between GPU 1 and GPU 2"):
+        synth(topos.mesh_node(matrix, name="star"), "allgather")
+
+
+def test_deterministic():
+    for name in ("ndv2", "rails2x4"):
+        topo = FIXTURES[name]()
+        a, b = synth(topo, "allreduce"), synth(FIXTURES[name](), "allreduce")
+        assert a.sorted_ops() == b.sorted_ops() and a.info == b.info
+
+
+# --- ring orders ----------------------------------------------------------------------------------------
+def test_switch_ring_is_the_identity_and_one_ring():
+    s = synth(fixture("switch8"), "allgather")
+    assert s.info["ring_orders"] == [list(range(8))] and s.info["rings"] == 1
+
+
+@pytest.mark.parametrize("name", ["mesh4", "ndv2"])
+def test_first_ring_uses_the_fastest_links_brute_force(name):
+    topo = fixture(name)
+    gpus = topo.gpus
+    best = max(cycle_quality(topo, [gpus[0], *perm]) for perm in itertools.permutations(gpus[1:])
+               if all(topo.route(a, b) for a, b in zip([gpus[0], *perm], [*perm, gpus[0]])))
+    order = synth(topo, "allgather", rings=1).info["ring_orders"][0]
+    assert cycle_quality(topo, order) == best
+
+
+def test_ndv2_first_ring_is_all_double_links():
+    order = synth(fixture("ndv2"), "allgather", rings=1).info["ring_orders"][0]
+    assert all(topos.NDV2[a][b] == 2 for a, b in zip(order, order[1:] + order[:1]))
+
+
+def _brute_tour(verts, weight, start, end=None):
+    best = None
+    rest = [v for v in verts if v != start and v != end]
+    for perm in itertools.permutations(rest):
+        order = [start, *perm] + ([] if end is None or end == start else [end])
+        hops = list(zip(order, order[1:])) + ([(order[-1], start)] if end is None else [])
+        if all(h in weight for h in hops):
+            ws = [weight[h] for h in hops]
+            best = max(best, (min(ws), sum(ws))) if best else (min(ws), sum(ws))
+    return best
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(3, 7).flatmap(lambda n: st.tuples(
+    st.just(n),
+    st.lists(st.sampled_from([0, 0, 1, 2, 3]), min_size=n * n, max_size=n * n),
+    st.booleans())))
+def test_best_tour_equals_brute_force(case):
+    n, cells, closed = case
+    weight = {(a, b): Fraction(cells[a * n + b] * 25) for a in range(n) for b in range(n)
+              if a != b and cells[a * n + b]}
+    verts = list(range(n))
+    end = None if closed else n - 1
+    found = best_tour(verts, weight, 0, end)
+    want = _brute_tour(verts, weight, 0, end)
+    if want is None:
+        assert found is None
+    else:
+        assert found is not None and (found.bottleneck, found.total) == want
+        assert sorted(found.order) == verts and found.order[0] == 0
+        assert all(h in weight for h in zip(found.order, found.order[1:]))
+
+
+def test_cycle_enumeration_and_packing_on_meshes():
+    ndv2 = fixture("ndv2")
+    hops = {(a, b) for a in range(8) for b in range(8) if topos.NDV2[a][b]}
+    cycles = all_cycles(range(8), hops)
+    assert len(cycles) == 60 and all(c[0] == 0 for c in cycles)
+    assert all_cycles(range(8), {(a, b) for a in range(8) for b in range(8) if a != b}) is None
+    rate, rings = pack_rings(ndv2, cycles, 6)
+    assert rate == 25 and len(rings) == 6
+    loads: dict = {}
+    for order in rings:
+        for hop in zip(order, order[1:] + order[:1]):
+            loads[hop] = loads.get(hop, 0) + 1
+    assert loads == {hop: topos.NDV2[hop[0]][hop[1]] for hop in hops}  # every NVLink, exactly once
+
+
+# --- bandwidth model ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", range(2, 17))
+def test_switch_allgather_reaches_the_port_optimum_exactly(n):
+    topo = topos.switch_node(n, 150)
+    for kind in ("allgather", "reducescatter"):
+        assert synth(topo, kind).model_algbw(topo)[0] == Fraction(150 * n, n - 1)
+    assert synth(topo, "allreduce").model_algbw(topo)[0] == Fraction(150 * n, 2 * (n - 1))
+
+
+def test_mesh_ring_sets_reach_their_optimum():
+    ndv2 = fixture("ndv2")
+    s = synth(ndv2, "allgather")
+    assert s.info["rings"] == 6 and s.model_algbw(ndv2)[0] == Fraction(150 * 8, 7)
+    mi250 = topos.mi250()
+    s = synth(mi250, "allgather")
+    assert s.info["rings"] == 6 and s.model_algbw(mi250)[0] == Fraction(300 * 16, 15)
+    s.check()
+    m4 = fixture("mesh4")
+    assert synth(m4, "allgather").model_algbw(m4)[0] == Fraction(100 * 4, 3)
+
+
+def test_alltoall_relays_pairs_without_a_link():
+    ndv2 = fixture("ndv2")
+    s = synth(ndv2, "alltoall")
+    assert s.info["relayed_pairs"] == 24  # each GPU lacks an NVLink to 3 others
+    assert s.model_algbw(ndv2)[0] >= 60  # (vs 43 relaying every block along rings)
+    cluster = fixture("ndv2x2")
+    s = synth(cluster, "alltoall")
+    assert s.model_algbw(cluster)[0] == Fraction(25, 8)  # the optimum: each node's NIC, 64 blocks out
+    mi250 = topos.mi250()
+    s = synth(mi250, "alltoall")
+    s.check()
+    topos.assert_routes_physical(mi250, s)
+
+
+def test_ring_count_is_the_best_measured():
+    s = synth(fixture("ndv2"), "allreduce")
+    tried = dict(s.info["algbw_by_ring_count"])
+    assert s.info["rings"] == min(k for k, v in tried.items() if v == max(tried.values()))
+
+
+# --- several nodes: rails ------------------------------------------------------------------------------
+def _nic_use(info):
+    tx: dict = {}
+    rx: dict = {}
+    for crossings in info["nic_crossings"]:
+        for x in crossings:
+            tx[x["tx"]] = tx.get(x["tx"], 0) + 1
+            rx[x["rx"]] = rx.get(x["rx"], 0) + 1
+    return tx, rx
+
+
+@pytest.mark.parametrize("topo_args, rings_expected", [
+    (("rails", 2, 4), 4), (("rails", 3, 4), 4), (("rails", 4, 2), 2), (("shared", 2, 8), 4),
+    (("shared", 3, 4), 2)])
+def test_rings_cross_nodes_on_matched_rails(topo_args, rings_expected):
+    kind, nodes, gpn = topo_args
+    topo = (topos.rail_cluster if kind == "rails" else topos.shared_nic_cluster)(nodes, gpn)
+    s = synth(topo, "allgather")
+    s.check()
+    info = s.info
+    assert info["rings"] == rings_expected and info["rail_matched"] is True
+    for order, crossings in zip(info["ring_orders"], info["nic_crossings"]):
+        assert len(crossings) == nodes
+        for x in crossings:
+            route = topo.route(x["from"], x["to"])
+            assert x["tx"] in route and x["rx"] in route and "spine" not in route
+            assert x["tx"].split(".")[1] == x["rx"].split(".")[1]  # the same NIC index: one rail
+            assert order[(order.index(x["from"]) + 1) % len(order)] == x["to"]
+            assert topo.node_of(x["from"]) != topo.node_of(x["to"])
+    tx, rx = _nic_use(info)
+    assert set(tx.values()) == {1} and set(rx.values()) == {1}  # every NIC once each way
+    assert len(tx) == nodes * rings_expected
+    assert info["ring_rails"] == [[x["tx"].split(".")[1] for x in c] for c in info["nic_crossings"]]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nodes=st.integers(2, 4), gpn=st.integers(1, 4), shared=st.booleans(), kind=st.sampled_from(KINDS),
+       chunks=st.integers(1, 3))
+def test_random_clusters(nodes, gpn, shared, kind, chunks):
+    topo = topos.shared_nic_cluster(nodes, 2 * gpn) if shared else topos.rail_cluster(nodes, gpn)
+    s = synth(topo, kind, chunks, root=topo.ngpus - 1)
+    s.check()
+    topos.assert_routes_physical(topo, s)
+    if kind != "alltoall":
+        # rails match everywhere except with two single-GPU rails and an odd number of nodes
+        crossing_rails = not shared and gpn == 2 and nodes % 2 == 1
+        assert s.info["rail_matched"] is not crossing_rails
+
+
+def test_two_rails_and_three_nodes_cross_rails_once_per_ring():
+    topo = topos.rail_cluster(3, 2)
+    info = synth(topo, "allgather").info
+    assert info["rail_matched"] is False
+    for crossings in info["nic_crossings"]:
+        bad = [x for x in crossings if not x["rail_matched"]]
+        assert len(bad) == 1 and "spine" in topo.route(bad[0]["from"], bad[0]["to"])
+
+
+def test_shared_nic_node_inner_path_follows_the_mesh():
+    topo = fixture("ndv2x2")
+    s = synth(topo, "allgather")
+    assert s.info["rings"] == 1
+    order = s.info["ring_orders"][0]
+    for a, b in zip(order, order[1:] + order[:1]):
+        if topo.node_of(a) == topo.node_of(b):
+            assert topos.NDV2[a % 8][b % 8] == 2  # double NVLinks inside the nodes
+    assert s.model_algbw(topo)[0] == Fraction(25, 2) * 16 / 15  # the node's one NIC is the limit
+
+
+# --- step budget ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("topo", [topos.switch_node(32), topos.rail_cluster(4, 8)], ids=["switch32", "4x8"])
+def test_32_ranks_fit_the_runtime_step_budget(topo):
+    for kind in ("allreduce", "allgather", "reducescatter", "broadcast", "reduce"):
+        s = synth(topo, kind)
+        s.check()
+        worst = max(topos.instructions_per_threadblock(s).values())
+        assert worst <= (63 if kind == "allreduce" else 33), kind
+
+
+# --- the whole chain, where the other stages exist ---------------------------------------------------------
+@pytest.mark.parametrize("name", ["switch4", "ndv2", "shared2x4"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_lowered_program_verifies(name, kind):
+    pipeline = pytest.importorskip("colls.pipeline")
+    topo = fixture(name)
+    for chunks in (1, 3):
+        coll = Collective(kind, topo.ngpus, chunks, root=1)
+        compiled = pipeline.compile_schedule(topo, coll, "ring",
+                                             mode="both")
+        assert compiled.report.ok
+
+
+# --- property: any small switch or full mesh, any chunk factor -----------------------------------------
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(2, 9), chunks=st.integers(1, 3), kind=st.sampled_from(KINDS),
+       mesh=st.booleans(), data=st.data())
+def test_random_sizes_and_chunk_factors_check(n, chunks, kind, mesh, data):
+    if mesh:
+        cells = data.draw(st.lists(st.integers(1, 3), min_size=n * n, max_size=n * n))
+        topo = topos.mesh_node([[0 if a == b else cells[min(a, b) * n + max(a, b)] for b in range(n)]
+                                for a in range(n)])
+    else:
+        topo = topos.switch_node(n)
+    root = data.draw(st.integers(0, n - 1))
+    for method in ("ring", "direct"):
+        s = get_method(method)(topo, Collective(kind, n, chunks, root))
+        s.check()
+        assert s.collective.chunks >= chunks
