@@ -30,7 +30,7 @@ from __future__ import annotations
 from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.schedule import Op, Schedule
-from colls.synth import checked_route, schedule_facts
+from colls.synth.common import checked_route, schedule_facts
 from colls.topology import Topology
 
 METHOD = "direct"

@@ -78,7 +78,7 @@ from fractions import Fraction
 from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.schedule import Op, Schedule
-from colls.synth import checked_route, schedule_facts
+from colls.synth.common import checked_route, schedule_facts
 from colls.synth.direct import alltoall_ops
 from colls.topology import NIC, Topology
 

@@ -1,0 +1,24 @@
+"""Helpers every synthesis method uses: physical routes that must exist, and bandwidth-model facts."""
+
+from __future__ import annotations
+
+from colls.errors import CollsError
+
+
+def checked_route(topology, a: int, b: int, method: str, why: str) -> tuple:
+    """The route a send from rank ``a`` to rank ``b`` takes, or CollsError naming the pair and ``why``
+    the method needed it (``why`` completes "... (the fabric does not allow ...)")."""
+    route = topology.route(a, b)
+    if route is None:
+        raise CollsError(f"{method}: no link between GPU {a} and GPU {b} on {topology.name} ({why})")
+    return route
+
+
+def schedule_facts(schedule, topology) -> dict:
+    """Bandwidth-model facts for ``Schedule.info``: algbw (GB/s), the busiest link and its class."""
+    algbw, link = schedule.model_algbw(topology)
+    facts = {"steps": schedule.nsteps, "model_algbw_gbps": float(algbw)}
+    if link is not None:
+        facts["bottleneck_link"] = f"{link[0]} -> {link[1]}"
+        facts["bottleneck_class"] = topology.graph.edges[link].get("cls")
+    return facts
