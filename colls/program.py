@@ -45,7 +45,7 @@ class Step:
     depid: int | None = -1
     deps: int | None = -1
     hasdep: int | None = 0
-    line: int | None = None  # where it was read from, for findings
+    line: int | None = field(default=None, compare=False)  # where it was read from, for findings
 
 
 @dataclass
@@ -55,7 +55,7 @@ class Threadblock:
     recv: int | None = -1
     chan: int | None = 0
     steps: list[Step] = field(default_factory=list)
-    line: int | None = None
+    line: int | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -65,7 +65,7 @@ class Gpu:
     o_chunks: int | None = 0
     s_chunks: int | None = 0
     tbs: list[Threadblock] = field(default_factory=list)
-    line: int | None = None
+    line: int | None = field(default=None, compare=False)
 
 
 @dataclass
