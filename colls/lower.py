@@ -1,0 +1,472 @@
+"""Lowering: a neutral Schedule becomes an MSCCL Program for one runtime target.
+
+What the lowering guarantees (and :mod:`colls.verify` then proves on the result):
+
+1. Instructions. Every remote op becomes a send on its source rank and a receive on its destination; a
+   receive whose result is the next thing its rank sends on (same chunks, same channel, nothing writes
+   them in between) is fused with that send into one instruction (``rcs``, ``rrcs``, ``rrs``); a local
+   op becomes ``cpy`` or ``re``. Ops of more chunks than a step may carry are split.
+2. Order. Every instruction has a time, the (step, position) key of the op it starts with. Threadblocks
+   run their instructions in time order and every send on a connection goes out in the order of its op's
+   key, which is the order its receiver expects: the FIFO order of every (sender, receiver, channel) is
+   consistent by construction. (A fused instruction that would break it is split again.)
+3. Dependencies. Every instruction waits for the earlier instructions that touch the same memory (read
+   after write, write after read, write after write), computed under both the out-of-place and the
+   in-place buffer aliasing, so one program is right for both calls. Within a threadblock the order
+   already implies them; across threadblocks the latest step of each other threadblock is waited on,
+   with ``nop`` steps carrying the extra dependencies. Everything an instruction waits for has an
+   earlier time, so no dependency or message can form a cycle.
+4. Limits. Lanes become channels. When a threadblock would exceed the target's step limit, the
+   schedule's steps are cut into segments, each on channels of its own, until it fits; when channels,
+   threadblocks per GPU (the SM count) or threadblocks per channel run out, lowering refuses with a
+   message that names the limit.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+
+from colls.collectives import Collective
+from colls.errors import CollsError
+from colls.program import Gpu, Program, Step, Threadblock
+from colls.schedule import TRANSIENT, Op, Schedule
+from colls.targets import Target
+
+
+@dataclass
+class LowerOptions:
+    proto: str = "Simple"
+    min_bytes: int = 0
+    max_bytes: int = 0
+    inplace: bool = True
+    outofplace: bool = True
+    name: str | None = None
+    sms: int | None = None  # threadblocks per GPU must not exceed this (all resident at once)
+
+
+@dataclass(eq=False)
+class _Instr:
+    rank: int
+    time: tuple
+    chan: int
+    recv: Op | None = None
+    send: Op | None = None
+    send_time: tuple | None = None
+    recv_time: tuple | None = None
+    local: Op | None = None
+    deps: set = field(default_factory=set)
+    tb: "_Tb | None" = None
+    index: int = -1  # final step index in its tb (after nops)
+
+    @property
+    def recv_peer(self) -> int:
+        return self.recv.src if self.recv is not None else -1
+
+    @property
+    def send_peer(self) -> int:
+        return self.send.dst if self.send is not None else -1
+
+
+@dataclass(eq=False)
+class _Tb:
+    rank: int
+    chan: int
+    recv: int = -1
+    send: int = -1
+    instrs: list = field(default_factory=list)
+    id: int = -1
+
+
+def lower(schedule: Schedule, target: Target, options: LowerOptions | None = None) -> Program:
+    """Turn ``schedule`` into a Program that fits ``target``'s limits (or raise CollsError)."""
+    options = options or LowerOptions()
+    # Within a step, local ops go last: a rank's first sends then never wait for its own copies.
+    ops = _split_counts(schedule.execution_order(), target.max_cnt - 1)
+    keys = {id(op): (op.step, i) for i, op in enumerate(ops)}
+    anchor = _anchor_steps(ops)
+    lanes = sorted({op.lane for op in ops})
+    nsteps = max(1, schedule.nsteps)
+    limit_tbs = min(target.max_tbs, options.sms) if options.sms else target.max_tbs
+    no_fuse: set = set()
+    last_error = None
+    for nseg in range(1, target.max_channels + 1):
+        base = min(len(lanes), max(1, target.max_channels // nseg))
+        if base * nseg > target.max_channels:
+            break
+        lane_chan = {lane: (k % base) * nseg for k, lane in enumerate(lanes)}
+
+        def chan_of(op: Op, nseg=nseg, lane_chan=lane_chan) -> int:
+            return lane_chan[op.lane] + min(nseg - 1, anchor[id(op)] * nseg // nsteps)
+
+        while True:
+            instrs = _instructions(ops, keys, chan_of, no_fuse, schedule.collective)
+            tbs, bad = _threadblocks(instrs)
+            if not bad:
+                _dependencies(instrs, schedule.collective)
+                bad = _order(tbs)
+            if not bad:
+                break
+            if bad <= no_fuse:
+                raise AssertionError("lowering could not resolve a fusion conflict")
+            no_fuse |= bad
+        program = _assemble(schedule, tbs, options, target)
+        steps, tbmax = program.max_steps(), program.max_tbs()
+        if tbmax > limit_tbs:
+            what = f"the GPU's {options.sms} SMs" if options.sms and options.sms < target.max_tbs \
+                else f"the target's {target.max_tbs}"
+            raise CollsError(f"{schedule.method} {schedule.collective.kind}: needs {tbmax} threadblocks "
+                             f"per GPU, more than {what} (threadblocks must all be resident); try fewer "
+                             f"--instances")
+        per_chan = _max_tbs_per_channel(program)
+        if target.max_tbs_per_channel and per_chan > target.max_tbs_per_channel:
+            raise CollsError(f"{schedule.method} {schedule.collective.kind}: needs {per_chan} threadblocks "
+                             f"with a peer on one channel; {target.name} allows "
+                             f"{target.max_tbs_per_channel}")
+        if steps <= target.max_steps:
+            return program
+        last_error = (f"{schedule.method} {schedule.collective.kind}: needs {steps} steps in one "
+                      f"threadblock; {target.name} allows {target.max_steps}")
+    raise CollsError(f"{last_error}, and splitting it across channels would need more than "
+                     f"{target.max_channels} channels")
+
+
+def _split_counts(ops: list[Op], max_cnt: int) -> list[Op]:
+    """Cut ops of more than ``max_cnt`` chunks into pieces, piece k on a lane of its own.
+
+    Pieces on one connection would be several messages per stage of a pipeline, and a ring whose
+    every rank sends two messages before it receives fills the connection FIFOs and deadlocks; on
+    separate lanes (channels) each connection keeps one message per stage.
+    """
+    if all(op.count <= max_cnt for op in ops):
+        return ops
+    stride = 1 + max(op.lane for op in ops)
+    out = []
+    for op in ops:
+        if op.count <= max_cnt:
+            out.append(op)
+            continue
+        for piece, start in enumerate(range(0, op.count, max_cnt)):
+            n = min(max_cnt, op.count - start)
+            out.append(replace(op, count=n, src_index=op.src_index + start,
+                               dst_index=op.dst_index + start, lane=op.lane + piece * stride,
+                               reduce=None if op.reduce is None else (op.reduce[0], op.reduce[1] + start)))
+    return out
+
+
+def _anchor_steps(ops: list[Op]) -> dict:
+    """The step that decides an op's segment: an op that forwards an in-flight value keeps the segment
+    (so the channel) of the op that produced it, because the two must become one instruction."""
+    producer: dict = {}
+    anchor: dict = {}
+    for op in ops:
+        src = producer.get((op.src, op.src_buf, op.src_index)) if op.src_buf == TRANSIENT else None
+        anchor[id(op)] = anchor[id(src)] if src is not None else op.step
+        if op.dst_buf == TRANSIENT:
+            producer[(op.dst, op.dst_buf, op.dst_index)] = op
+    return anchor
+
+
+def _instructions(ops, keys, chan_of, no_fuse, coll: Collective) -> list[_Instr]:
+    """One instruction per op half, fusing a receive with the send that forwards its result.
+
+    A receive A is fused with a later send B when B sends exactly A's chunks on the same channel and no
+    op on that rank writes those chunks (under either aliasing) between A and B: the fused instruction
+    receives at A's time and forwards at once, which sends what B would have sent.
+    """
+    last_writer: dict = {}  # location -> the latest op writing it
+    fused_with: dict = {}   # id(recv op) -> send op
+    for op in ops:
+        if not op.local:
+            a = _forwarded(op, _locations(op.src_slots(), coll), last_writer)
+            if a is not None and id(a) not in fused_with and chan_of(a) == chan_of(op) \
+                    and (id(a), id(op)) not in no_fuse:
+                fused_with[id(a)] = op
+            elif op.src_buf == TRANSIENT:
+                raise CollsError(f"{op.describe()}: cannot forward an in-flight value on another channel "
+                                 f"or in a separate instruction")
+        for loc in _locations(op.dst_slots(), coll):
+            last_writer[loc] = op
+    sent_by_fusion = {id(b) for b in fused_with.values()}
+    instrs = []
+    for op in ops:
+        t = keys[id(op)]
+        if op.local:
+            if op.reduce is not None and op.reduce != (op.dst_buf, op.dst_index):
+                raise CollsError(f"{op.describe()}: a local reduce must accumulate into its target")
+            instrs.append(_Instr(op.src, t, chan_of(op), local=op))
+            continue
+        if id(op) not in sent_by_fusion:
+            instrs.append(_Instr(op.src, t, chan_of(op), send=op, send_time=t))
+        b = fused_with.get(id(op))
+        if op.dst_buf == TRANSIENT and b is None:
+            raise CollsError(f"{op.describe()}: its in-flight result is never forwarded in one instruction")
+        instrs.append(_Instr(op.dst, t, chan_of(op), recv=op, send=b, recv_time=t,
+                             send_time=keys[id(b)] if b is not None else None))
+    return instrs
+
+
+def _forwarded(op: Op, reads: set, last_writer: dict) -> Op | None:
+    """The remote op whose received result ``op`` sends on, if nothing rewrote it in between."""
+    writers = {id(last_writer.get(loc)) for loc in reads}
+    if len(writers) != 1:
+        return None
+    a = last_writer.get(next(iter(reads)))
+    if a is None or a.local or a.dst != op.src or a.count != op.count:
+        return None
+    if (a.dst_buf, a.dst_index) != (op.src_buf, op.src_index):
+        return None
+    return a
+
+
+def _locations(slots, coll: Collective) -> set:
+    out = set()
+    for rank, buf, idx in slots:
+        if buf == TRANSIENT:
+            out.add((rank, "t", idx))
+            continue
+        out.add((rank, "x", buf, idx))
+        out.add((rank, "p") + coll.alias(rank, buf, idx, True))
+    return out
+
+
+def _threadblocks(instrs: list[_Instr]) -> tuple[list[_Tb], set]:
+    """Group instructions into threadblocks: one per (rank, channel, recv peer, send peer) pairing.
+
+    Returns the threadblocks and the fused (receive, send) pairs whose two peers did not end up in one
+    threadblock; the caller splits those and tries again."""
+    by_rc: dict = defaultdict(list)
+    for ins in instrs:
+        by_rc[(ins.rank, ins.chan)].append(ins)
+    tbs: list[_Tb] = []
+    orphans: set = set()
+    for (rank, chan), group in sorted(by_rc.items()):
+        weight: dict = defaultdict(int)
+        recv_peers, send_peers = set(), set()
+        for ins in group:
+            if ins.recv is not None:
+                recv_peers.add(ins.recv_peer)
+            if ins.send is not None:
+                send_peers.add(ins.send_peer)
+            if ins.recv is not None and ins.send is not None:
+                weight[(ins.recv_peer, ins.send_peer)] += 1
+        pair_of_recv: dict = {}
+        used_send = set()
+        for (q, p), _ in sorted(weight.items(), key=lambda kv: (-kv[1], kv[0])):
+            if q not in pair_of_recv and p not in used_send:
+                pair_of_recv[q] = p
+                used_send.add(p)
+        # Peers with no fused instruction between them get threadblocks of their own: a threadblock
+        # that sends to one peer and receives from another, unrelated, can wait on itself through them.
+        rest_recv = sorted(q for q in recv_peers if q not in pair_of_recv)
+        rest_send = sorted(p for p in send_peers if p not in used_send)
+        tb_of_recv, tb_of_send = {}, {}
+        for q in sorted(pair_of_recv):
+            tb = _Tb(rank, chan, recv=q, send=pair_of_recv[q])
+            tbs.append(tb)
+            tb_of_recv[q] = tb
+            tb_of_send[pair_of_recv[q]] = tb
+        for q in rest_recv:
+            tb = _Tb(rank, chan, recv=q)
+            tbs.append(tb)
+            tb_of_recv[q] = tb
+        for p in rest_send:
+            tb = _Tb(rank, chan, send=p)
+            tbs.append(tb)
+            tb_of_send[p] = tb
+        local_tb = None
+        for ins in group:
+            if ins.recv is not None:
+                tb = tb_of_recv[ins.recv_peer]
+                if ins.send is not None and tb.send != ins.send_peer:
+                    orphans.add((id(ins.recv), id(ins.send)))
+            elif ins.send is not None:
+                tb = tb_of_send[ins.send_peer]
+            else:
+                if local_tb is None:
+                    local_tb = _Tb(rank, chan)
+                    tbs.append(local_tb)
+                tb = local_tb
+            ins.tb = tb
+            tb.instrs.append(ins)
+    return tbs, orphans
+
+
+def _order(tbs: list[_Tb]) -> set:
+    """Put each threadblock's instructions in an order that keeps its receives in receive-key order and
+    its sends in send-key order (the order the other end of each connection uses) and that runs every
+    instruction after the ones of its threadblock it depends on; among the orders that do, earliest time
+    first. Returns the fused (receive, send) pairs to split when no such order exists."""
+    bad = set()
+    for tb in tbs:
+        succ: dict = defaultdict(set)
+        for part, key in (("recv", lambda i: i.recv_time), ("send", lambda i: i.send_time)):
+            chain = sorted((i for i in tb.instrs if getattr(i, part) is not None), key=key)
+            for x, y in zip(chain, chain[1:]):
+                succ[id(x)].add(y)
+        members = {id(i) for i in tb.instrs}
+        for ins in tb.instrs:
+            for d in ins.deps:
+                if id(d) in members:
+                    succ[id(d)].add(ins)
+        indeg = defaultdict(int)
+        for outs in succ.values():
+            for y in outs:
+                indeg[id(y)] += 1
+        heap = [(i.time, n, i) for n, i in enumerate(tb.instrs) if indeg[id(i)] == 0]
+        heapq.heapify(heap)
+        order = []
+        seq = {id(i): n for n, i in enumerate(tb.instrs)}
+        while heap:
+            _, _, ins = heapq.heappop(heap)
+            order.append(ins)
+            for y in succ.get(id(ins), ()):
+                indeg[id(y)] -= 1
+                if indeg[id(y)] == 0:
+                    heapq.heappush(heap, (y.time, seq[id(y)], y))
+        if len(order) < len(tb.instrs):
+            placed = {id(i) for i in order}
+            stuck = [i for i in tb.instrs if id(i) not in placed and i.recv is not None
+                     and i.send is not None]
+            if not stuck:
+                raise AssertionError("threadblock order has a cycle without a fused instruction")
+            bad.update((id(i.recv), id(i.send)) for i in stuck)
+        tb.instrs = order
+    return bad
+
+
+def _dependencies(instrs: list[_Instr], coll: Collective) -> None:
+    """Fill ``deps`` with every earlier instruction on the same rank that touches the same memory."""
+    last_writer: dict = {}
+    readers: dict = defaultdict(list)
+    for ins in sorted(instrs, key=lambda i: i.time):
+        reads, writes = _accesses(ins, coll)
+        deps = set()
+        for loc in reads:
+            w = last_writer.get(loc)
+            if w is not None:
+                deps.add(w)
+        for loc in writes:
+            w = last_writer.get(loc)
+            if w is not None:
+                deps.add(w)
+            deps.update(readers.get(loc, ()))
+        deps.discard(ins)
+        ins.deps = deps
+        for loc in reads:
+            readers[loc].append(ins)
+        for loc in writes:
+            last_writer[loc] = ins
+            readers[loc] = []
+
+
+def _accesses(ins: _Instr, coll: Collective) -> tuple[set, set]:
+    """Memory the instruction touches on its rank (in-flight values are not memory)."""
+    reads: list = []
+    writes: list = []
+    if ins.local is not None:
+        reads += ins.local.src_slots() + ins.local.operand_slots()
+        writes += ins.local.dst_slots()
+    if ins.recv is not None:
+        reads += ins.recv.operand_slots()
+        writes += [s for s in ins.recv.dst_slots() if s[1] != TRANSIENT]
+    if ins.send is not None and ins.recv is None:
+        reads += [s for s in ins.send.src_slots() if s[1] != TRANSIENT]
+    return _locations(reads, coll), _locations(writes, coll)
+
+
+def _assemble(schedule: Schedule, tbs: list[_Tb], options: LowerOptions, target: Target) -> Program:
+    coll = schedule.collective
+    by_rank: dict = defaultdict(list)
+    for tb in tbs:
+        by_rank[tb.rank].append(tb)
+    for rank, group in by_rank.items():
+        group.sort(key=lambda t: (t.chan, t.recv < 0, t.recv, t.send < 0, t.send))
+        for k, tb in enumerate(group):
+            tb.id = k
+    # Step indices, counting one nop per extra cross-tb dependency.
+    for tb in tbs:
+        pos = 0
+        for ins in tb.instrs:
+            pos += max(0, len(_cross(ins)) - 1)
+            ins.index = pos
+            pos += 1
+    hasdep = set()
+    gpus = []
+    nchannels = 1 + max((tb.chan for tb in tbs), default=0)
+    for rank in range(coll.nranks):
+        gtbs = []
+        for tb in by_rank.get(rank, []):
+            steps: list[Step] = []
+            for ins in tb.instrs:
+                targets = _cross(ins)
+                for dep in targets[:-1]:
+                    steps.append(Step(len(steps), "nop", "i", -1, "o", -1, 0, dep.tb.id, dep.index, 0))
+                    hasdep.add(id(dep))
+                step = _step(ins, len(steps))
+                if targets:
+                    step.depid, step.deps = targets[-1].tb.id, targets[-1].index
+                    hasdep.add(id(targets[-1]))
+                steps.append(step)
+                step._ins = ins  # type: ignore[attr-defined]
+            gtbs.append(Threadblock(tb.id, tb.send, tb.recv, tb.chan, steps))
+        gpus.append(Gpu(rank, coll.in_chunks, coll.out_chunks, schedule.scratch, gtbs))
+    for g in gpus:
+        for tb in g.tbs:
+            for st in tb.steps:
+                ins = getattr(st, "_ins", None)
+                if ins is not None:
+                    if id(ins) in hasdep:
+                        st.hasdep = 1
+                    del st._ins
+    return Program(
+        name=options.name or f"colls-{schedule.method}-{coll.kind}-n{coll.nranks}",
+        coll=target.coll_name(coll.kind), ngpus=coll.nranks, nchunksperloop=coll.nchunksperloop,
+        nchannels=nchannels, proto=options.proto, inplace=int(options.inplace),
+        outofplace=int(options.outofplace), min_bytes=options.min_bytes, max_bytes=options.max_bytes,
+        gpus=gpus)
+
+
+def _cross(ins: _Instr) -> list[_Instr]:
+    """The latest dependency in each other threadblock, in a fixed order."""
+    latest: dict = {}
+    for d in ins.deps:
+        if d.tb is ins.tb:
+            continue  # _order placed it earlier in this threadblock
+        cur = latest.get(id(d.tb))
+        if cur is None or d.time > cur.time:
+            latest[id(d.tb)] = d
+    return sorted(latest.values(), key=lambda d: (d.tb.id, d.index))
+
+
+def _step(ins: _Instr, s: int) -> Step:
+    if ins.local is not None:
+        op = ins.local
+        kind = "re" if op.reduce is not None else "cpy"
+        return Step(s, kind, op.src_buf, op.src_index, op.dst_buf, op.dst_index, op.count, -1, -1, 0)
+    if ins.recv is not None:
+        op = ins.recv
+        if op.reduce is not None:
+            src = op.reduce
+            if op.dst_buf == TRANSIENT:
+                return Step(s, "rrs", src[0], src[1], src[0], src[1], op.count, -1, -1, 0)
+            kind = "rrcs" if ins.send is not None else "rrc"
+            return Step(s, kind, src[0], src[1], op.dst_buf, op.dst_index, op.count, -1, -1, 0)
+        kind = "rcs" if ins.send is not None else "r"
+        return Step(s, kind, op.dst_buf, op.dst_index, op.dst_buf, op.dst_index, op.count, -1, -1, 0)
+    op = ins.send
+    return Step(s, "s", op.src_buf, op.src_index, op.src_buf, op.src_index, op.count, -1, -1, 0)
+
+
+def _max_tbs_per_channel(program: Program) -> int:
+    worst = 0
+    for g in program.gpus:
+        sends, recvs = defaultdict(int), defaultdict(int)
+        for tb in g.tbs:
+            if tb.send >= 0:
+                sends[tb.chan] += 1
+            if tb.recv >= 0:
+                recvs[tb.chan] += 1
+        worst = max([worst, *sends.values(), *recvs.values()])
+    return worst

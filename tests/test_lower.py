@@ -1,0 +1,161 @@
+"""Lowering: every program it produces must verify (the verifier is the oracle), and it must respect
+the target's limits by splitting or refuse with a message naming the limit."""
+
+from dataclasses import replace
+
+import pytest
+
+from colls import msccl, verify
+from colls.collectives import Collective
+from colls.errors import CollsError
+from colls.lower import LowerOptions, lower
+from colls.schedule import Op, Schedule
+from colls.targets import TARGETS
+
+
+def ring_allgather(n: int, chunks: int = 1) -> Schedule:
+    ops = []
+    for r in range(n):
+        ops.append(Op(0, r, r, "i", 0, "o", r * chunks, count=chunks))
+    for t in range(n - 1):
+        for r in range(n):
+            c = (r - t) % n
+            src = ("i", 0) if t == 0 else ("o", c * chunks)
+            ops.append(Op(t, r, (r + 1) % n, src[0], src[1], "o", c * chunks, count=chunks))
+    return Schedule(Collective("allgather", n, chunks), ops, "ring")
+
+
+def ring_reducescatter(n: int) -> Schedule:
+    ops = []
+    for t in range(n - 1):
+        for r in range(n):
+            c = (r - t - 1) % n
+            src = ("i", c) if t == 0 else ("t", c)
+            last = t == n - 2
+            ops.append(Op(t, r, (r + 1) % n, src[0], src[1], "o" if last else "t", 0 if last else c,
+                          reduce=("i", c)))
+    return Schedule(Collective("reducescatter", n), ops, "ring")
+
+
+def direct_reducescatter(n: int) -> Schedule:
+    """Every rank sends block q to q; q reduces them one after another into its output (so every
+    receive after the first waits for the previous one: a chain of cross-threadblock dependencies)."""
+    ops = [Op(0, r, r, "i", r, "o", 0) for r in range(n)]
+    for r in range(n):
+        for d in range(1, n):
+            q = (r + d) % n
+            ops.append(Op(d, r, q, "i", q, "o", 0, reduce=("o", 0)))
+    return Schedule(Collective("reducescatter", n), ops, "direct")
+
+
+def check(program, target="exe", modes=("inplace", "outofplace")):
+    text = msccl.emit(program)
+    parsed, findings = msccl.parse(text, "<test>")
+    report = verify.verify(parsed, TARGETS[target], findings=findings)
+    assert report.ok, report.format()
+    return report
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+def test_ring_allgather_fuses_forwarding_and_verifies(n):
+    schedule = ring_allgather(n)
+    schedule.check()
+    program = lower(schedule, TARGETS["exe"])
+    check(program)
+    types = [st.type for tb in program.gpus[0].tbs for st in tb.steps if st.type != "nop"]
+    assert types.count("rcs") == n - 2
+    assert program.max_steps() <= n
+
+
+@pytest.mark.parametrize("n", [2, 4, 7])
+def test_ring_reducescatter_keeps_partial_sums_in_flight(n):
+    schedule = ring_reducescatter(n)
+    schedule.check()
+    program = lower(schedule, TARGETS["exe"])
+    check(program)
+    types = [st.type for tb in program.gpus[0].tbs for st in tb.steps]
+    assert types.count("rrs") == n - 2 and "rrc" in types
+    assert program.gpus[0].s_chunks == 0
+
+
+def test_serialised_reductions_get_cross_threadblock_dependencies():
+    program = lower(direct_reducescatter(5), TARGETS["exe"])
+    check(program)
+    deps = [st for tb in program.gpus[0].tbs for st in tb.steps if st.depid >= 0]
+    assert deps, "reductions into one chunk from different threadblocks must be ordered"
+    waited = {(st.depid, st.deps) for st in deps}
+    for tb in program.gpus[0].tbs:
+        for st in tb.steps:
+            if (tb.id, st.s) in waited:
+                assert st.hasdep == 1
+
+
+def test_more_dependencies_than_one_become_nops():
+    # rank 0 reads two chunks received on two different threadblocks in one send: two dependencies
+    coll = Collective("allgather", 3, 1)
+    ops = [Op(0, r, r, "i", 0, "o", r) for r in range(3)]
+    ops += [Op(0, 1, 0, "i", 0, "o", 1), Op(0, 2, 0, "i", 0, "o", 2),
+            Op(0, 0, 1, "i", 0, "o", 0), Op(0, 0, 2, "i", 0, "o", 0),
+            Op(0, 2, 1, "i", 0, "o", 2), Op(0, 1, 2, "i", 0, "o", 1)]
+    schedule = Schedule(coll, ops, "direct")
+    schedule.check()
+    check(lower(schedule, TARGETS["exe"]))
+
+
+def test_step_limit_splits_across_channels():
+    small = replace(TARGETS["exe"], max_steps=6)
+    program = lower(ring_allgather(16), small)
+    assert program.max_steps() <= 6
+    assert program.nchannels > 1
+    check(program)  # verified against the real exe limits too
+
+
+def test_step_limit_refuses_when_channels_run_out():
+    tiny = replace(TARGETS["exe"], max_steps=2, max_channels=2)
+    with pytest.raises(CollsError, match="steps in one threadblock.*2 channels"):
+        lower(ring_allgather(8), tiny)
+
+
+def test_threadblocks_beyond_sms_are_refused():
+    with pytest.raises(CollsError, match="threadblocks per GPU"):
+        lower(direct_reducescatter(6), TARGETS["exe"], LowerOptions(sms=2))
+
+
+def direct_allgather(n: int, chunks: int) -> Schedule:
+    ops = [Op(0, r, r, "i", 0, "o", r * chunks, count=chunks) for r in range(n)]
+    ops += [Op(0, r, q, "i", 0, "o", r * chunks, count=chunks) for r in range(n) for q in range(n) if q != r]
+    return Schedule(Collective("allgather", n, chunks), ops, "direct")
+
+
+def test_counts_above_the_step_limit_are_split():
+    program = lower(direct_allgather(3, chunks=100), TARGETS["exe"])
+    assert max(st.cnt for g in program.gpus for tb in g.tbs for st in tb.steps) <= 71
+    check(program)
+
+
+def test_cyclic_multi_chunk_steps_are_caught_as_deadlocks():
+    # Every rank of a ring sending 3 chunks before it receives fills the 2-message FIFOs.
+    report = verify.verify(lower(ring_allgather(3, chunks=3), TARGETS["exe"]), TARGETS["exe"])
+    assert not report.ok and any(f.rule == "deadlock" for f in report.findings)
+
+
+@pytest.mark.parametrize("instances", [1, 2, 3])
+def test_instances_replicate_on_their_own_channels(instances):
+    schedule = ring_allgather(4).replicate(instances)
+    schedule.check()
+    program = lower(schedule, TARGETS["exe"])
+    assert program.nchannels == instances
+    assert program.nchunksperloop == 4 * instances
+    check(program)
+
+
+def test_old_target_spells_reduce_scatter_its_way():
+    program = lower(ring_reducescatter(4), TARGETS["old"])
+    assert program.coll == "reduce_scatter"
+    check(program, target="old")
+
+
+def test_lowering_is_deterministic():
+    a = msccl.emit(lower(ring_allgather(6), TARGETS["exe"]))
+    b = msccl.emit(lower(ring_allgather(6), TARGETS["exe"]))
+    assert a == b
