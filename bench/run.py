@@ -1,0 +1,112 @@
+"""Benchmarks: how long synthesis, verification and bounds take on the shipped machines.
+
+Run with ``make bench`` (or ``python bench/run.py [--quick] [--only NAME]``). Results go to
+``bench/results.json`` together with the machine they ran on (CPU, cores, Python, library versions), so
+a figure is never quoted without its machine. Targets (from the issues) are printed next to each
+measurement; a benchmark never fails the build, it records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from colls import bound, hardware, pipeline  # noqa: E402
+from colls.collectives import Collective  # noqa: E402
+from colls.errors import CollsError  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results.json"
+
+# (name, profile, nodes, what, collective, target seconds or None)
+CASES = [
+    ("bound-allgather-dgx-a100x16", "dgx-a100", 16, "bound", "allgather", 5.0),
+    ("bound-allreduce-mi250x4", "mi250", 4, "bound", "allreduce", 5.0),
+    ("ring-allreduce-dgx2x2", "dgx2", 2, "ring", "allreduce", None),
+    ("ring-allreduce-mi250x2", "mi250", 2, "ring", "allreduce", None),
+    ("ring-allgather-dgx-a100x4", "dgx-a100", 4, "ring", "allgather", None),
+    ("trees-allgather-mi250x2", "mi250", 2, "trees", "allgather", 2.0),
+    ("trees-allgather-dgx2x2", "dgx2", 2, "trees", "allgather", 2.0),
+    ("trees-allgather-mi250x4", "mi250", 4, "trees", "allgather", 10.0),
+    ("trees-allgather-dgx-a100x16", "dgx-a100", 16, "trees", "allgather", 60.0),
+]
+
+
+def machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions = {}
+    for pkg in ("ortools", "networkx", "lxml", "click", "PyYAML", "numpy"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform(), "versions": versions,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+
+
+def run_case(profile: str, nodes: int, what: str, kind: str) -> dict:
+    t0 = time.perf_counter()
+    topo = hardware.load_topology(profile, nodes=nodes)
+    t_load = time.perf_counter() - t0
+    out = {"gpus": topo.ngpus, "load_s": round(t_load, 3)}
+    t0 = time.perf_counter()
+    if what == "bound":
+        b = bound.bound(topo, kind)
+        out["seconds"] = round(time.perf_counter() - t0, 3)
+        out["algbw_gbps"] = float(b.algbw)
+        return out
+    result = pipeline.compile_schedule(topo, Collective(kind, topo.ngpus), what)
+    out["seconds"] = round(time.perf_counter() - t0, 3)
+    out.update({k: result.facts.get(k) for k in ("model_algbw_gbps", "bound_algbw_gbps",
+                                                  "fraction_of_bound", "threadblocks", "channels",
+                                                  "steps")})
+    info = result.facts.get("method_info", {})
+    for k in ("synthesis_seconds", "k", "trees_per_gpu"):
+        if k in info:
+            out[k] = info[k]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", help="run the cases whose name contains this")
+    ap.add_argument("--out", default=str(RESULTS))
+    args = ap.parse_args()
+    results = {"machine": machine(), "cases": {}}
+    for name, profile, nodes, what, kind, target in CASES:
+        if args.only and args.only not in name:
+            continue
+        try:
+            res = run_case(profile, nodes, what, kind)
+        except CollsError as e:
+            res = {"error": str(e)}
+        except ImportError as e:  # a method not built yet
+            res = {"error": f"unavailable: {e}"}
+        res["target_seconds"] = target
+        results["cases"][name] = res
+        secs = res.get("seconds")
+        mark = "" if target is None or secs is None else (" (target met)" if secs <= target
+                                                          else " (TARGET MISSED)")
+        print(f"{name:32s} {secs if secs is not None else '-':>8} s  target {target or '-'}{mark}  "
+              f"{ {k: v for k, v in res.items() if k not in ('seconds', 'target_seconds')} }")
+    Path(args.out).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""The whole chain in one screen: profile -> Topology -> Schedule -> Program -> XML -> verified file.
+
+Each stage is one plain function of the previous stage's value, so a test (or a curious user in a REPL)
+can stop after any of them and look at what it produced::
+
+    topology = hardware.load_topology("dgx-a100", nodes=2)          # profile  -> Topology
+    collective = Collective("allreduce", topology.ngpus)             #          -> Collective
+    schedule = synth.get_method("ring")(topology, collective)        #          -> Schedule
+    schedule.check()                                                 # the method's own proof
+    schedule = schedule.replicate(instances)                         #          -> Schedule
+    program = lower.lower(schedule, target, options)                 #          -> Program
+    text = msccl.emit(program)                                       #          -> XML text
+    report = verify.verify(msccl.parse(text)[0], target, sms=...)    # XML text -> Report (proof)
+    write_atomic(path, text)                                         # only if the report is clean
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+from colls import lower as lowering
+from colls import msccl, synth, verify
+from colls.collectives import Collective, busbw_factor
+from colls.errors import CollsError
+from colls.program import PROTOCOLS, Program
+from colls.schedule import Schedule
+from colls.targets import Target, get_target
+from colls.topology import Topology
+
+MODES = ("both", "inplace", "outofplace")
+
+
+@dataclass
+class Compiled:
+    """Everything one synthesis produced, stage by stage."""
+
+    topology: Topology
+    schedule: Schedule
+    program: Program
+    text: str
+    report: "verify.Report"
+    target: Target
+    mode: str
+    facts: dict = field(default_factory=dict)
+
+    def summary(self) -> str:
+        f = self.facts
+        calls = {"both": "in-place and out-of-place", "inplace": "in-place only",
+                 "outofplace": "out-of-place only"}[self.mode]
+        line = (f"{f['collective']} {f['method']} on {f['hardware']}: {f['gpus']} gpus, "
+                f"{f['threadblocks']} threadblocks/gpu, {f['channels']} channels, "
+                f"{f['steps']} steps max/threadblock, {f['chunks_per_loop']} chunks per loop; "
+                f"{calls}; verified for {self.target.name}")
+        if f.get("model_algbw_gbps") is not None:
+            line += f"; model algbw {f['model_algbw_gbps']:.1f} GB/s"
+            if f.get("bound_algbw_gbps"):
+                line += (f" ({100 * f['model_algbw_gbps'] / f['bound_algbw_gbps']:.1f}% of the "
+                         f"{f['bound_algbw_gbps']:.1f} GB/s bound)")
+        return line
+
+
+def compile_schedule(topology: Topology, collective: Collective, method: str, *, target: str = "exe",
+                     instances: int = 1, proto: str = "Simple", min_bytes: int = 0, max_bytes: int = 0,
+                     mode: str = "both", options: dict | None = None) -> Compiled:
+    """Synthesize, lower, emit and prove one schedule. Raises CollsError when any stage refuses."""
+    tgt = get_target(target)
+    _check_options(topology, collective, tgt, instances, proto, min_bytes, max_bytes, mode)
+    schedule = synth.get_method(method)(topology, collective, **(options or {}))
+    schedule.check()
+    schedule = schedule.replicate(instances)
+    opts = lowering.LowerOptions(
+        proto=proto, min_bytes=min_bytes, max_bytes=max_bytes,
+        inplace=mode in ("both", "inplace"), outofplace=mode in ("both", "outofplace"),
+        name=f"colls-{method}-{collective.kind}-{topology.name.replace(' ', '')}",
+        sms=topology.min_sms())
+    program = lowering.lower(schedule, tgt, opts)
+    text = msccl.emit(program)
+    parsed, text_findings = msccl.parse(text, source="<generated>")
+    report = verify.verify(parsed, tgt, sms=topology.min_sms(), findings=text_findings)
+    if not report.ok:
+        first = next(f for f in report.findings if f.severity == "error")
+        hint = ""
+        if mode == "both" and "in-place" in str(first):
+            hint = "; this schedule does not support in-place calls: pass --outofplace-only"
+        raise CollsError(f"{method} {collective.kind} on {topology.name}: the generated program does "
+                         f"not verify for {tgt.name}: {first}{hint}")
+    facts = _facts(topology, schedule, program, tgt, method, mode)
+    return Compiled(topology, schedule, program, text, report, tgt, mode, facts)
+
+
+def _check_options(topology, collective, tgt, instances, proto, min_bytes, max_bytes, mode) -> None:
+    if collective.nranks != topology.ngpus:
+        raise CollsError(f"the collective has {collective.nranks} ranks but {topology.name} has "
+                         f"{topology.ngpus} GPUs")
+    if instances < 1:
+        raise CollsError(f"must be >= 1, got {instances}", key="--instances")
+    if proto not in PROTOCOLS:
+        raise CollsError(f"unknown protocol {proto!r} (choose from {', '.join(PROTOCOLS)})",
+                         key="--proto")
+    if min_bytes < 0 or max_bytes < 0:
+        raise CollsError("byte bounds must be >= 0", key="--min-bytes/--max-bytes")
+    if max_bytes and max_bytes < min_bytes:
+        raise CollsError(f"--max-bytes {max_bytes} is below --min-bytes {min_bytes} (0 means no limit)",
+                         key="--max-bytes")
+    if mode not in MODES:
+        raise CollsError(f"unknown mode {mode!r}")
+
+
+def _facts(topology, schedule, program, tgt, method, mode) -> dict:
+    coll = schedule.collective
+    algbw, link = schedule.model_algbw(topology)
+    facts = {
+        "collective": coll.kind, "method": method, "hardware": topology.name, "target": tgt.name,
+        "gpus": coll.nranks, "threadblocks": program.max_tbs(), "channels": program.nchannels,
+        "steps": program.max_steps(), "chunks_per_loop": program.nchunksperloop,
+        "scratch_chunks": schedule.scratch, "instances": schedule.info.get("instances", 1),
+        "proto": program.proto, "inplace": bool(program.inplace), "outofplace": bool(program.outofplace),
+        "min_bytes": program.min_bytes, "max_bytes": program.max_bytes,
+        "model_algbw_gbps": float(algbw) if algbw else None,
+        "model_busbw_gbps": float(algbw) * busbw_factor(coll.kind, coll.nranks) if algbw else None,
+        "busiest_link": None if link is None else f"{topology.label(link[0])} -> {topology.label(link[1])}",
+        "method_info": _jsonable(schedule.info),
+    }
+    bound = _bound_or_none(topology, coll)
+    if bound is not None:
+        facts["bound_algbw_gbps"] = float(bound.algbw)
+        facts["bound_cut"] = bound.cut_words
+        if algbw:
+            facts["fraction_of_bound"] = float(Fraction(algbw) / bound.algbw)
+    return facts
+
+
+def _bound_or_none(topology, coll):
+    try:
+        from colls import bound
+    except ImportError:
+        return None
+    try:
+        return bound.bound(topology, coll.kind, root=coll.root)
+    except CollsError:
+        return None
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Fraction):
+        return int(value) if value.denominator == 1 else float(value)
+    return value
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see either the old file or the whole new one.
+
+    The text goes to a temporary file in the same folder, is flushed to disk, then renamed over
+    ``path``; on any failure the temporary file is removed and ``path`` is left as it was.
+    """
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise CollsError("is a directory", source=str(path))
+    if not folder.is_dir():
+        raise CollsError(f"folder {folder} does not exist", source=str(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise CollsError(f"cannot write there ({e.strerror})", source=str(path)) from None
+    try:
+        with os.fdopen(fd, "w", encoding="ascii", newline="\n") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise CollsError(f"cannot write ({e.strerror})", source=str(path)) from None

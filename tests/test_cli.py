@@ -1,0 +1,148 @@
+"""The command line as a user meets it: one-line errors, exit code 2, nothing written on failure."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from colls.cli import cli
+
+
+def run(*args, cwd=None):
+    """Run the real entry point in a subprocess (exit codes and stderr exactly as a shell sees them)."""
+    proc = subprocess.run([sys.executable, "-c", "from colls.cli import main; main()", *args],
+                          capture_output=True, text=True, cwd=cwd)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def assert_bad_input(rc, out, err):
+    assert rc == 2, (rc, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("colls: error: ")
+    assert "Traceback" not in err
+
+
+def test_synth_writes_a_verified_file_and_verify_accepts_it(tmp_path):
+    out = tmp_path / "ag.xml"
+    rc, stdout, err = run("synth", "--hardware", "dgx-a100", "--nodes", "2", "--collective", "allgather",
+                          "--method", "ring", "-o", str(out))
+    assert rc == 0, err
+    assert "16 gpus" in stdout and "verified for exe" in stdout
+    rc, stdout, err = run("verify", str(out), "--hardware", "dgx-a100", "--nodes", "2")
+    assert rc == 0, stdout + err
+    rc, stdout, err = run("verify", str(out), "--target", "rccl", "--json")
+    assert rc == 0 and json.loads(stdout)["ok"] is True
+
+
+def test_synth_json_reports_the_facts(tmp_path):
+    out = tmp_path / "ar.xml"
+    rc, stdout, err = run("synth", "--hardware", "ndv2", "--collective", "allreduce", "-o", str(out),
+                          "--json")
+    assert rc == 0, err
+    facts = json.loads(stdout)
+    assert facts["gpus"] == 8 and facts["inplace"] and facts["outofplace"]
+    assert facts["steps"] <= 64
+
+
+@pytest.mark.parametrize("args", [
+    ["--hardware", "no-such-machine"],
+    ["--hardware", "dgx-a100", "--nodes", "0"],
+    ["--hardware", "dgx-a100", "--collective", "allsum"],
+    ["--hardware", "dgx-a100", "--method", "magic"],
+    ["--hardware", "dgx-a100", "--instances", "0"],
+    ["--hardware", "dgx-a100", "--min-bytes", "10", "--max-bytes", "5"],
+    ["--hardware", "dgx-a100", "--inplace-only", "--outofplace-only"],
+])
+def test_synth_bad_input(tmp_path, args):
+    out = tmp_path / "x.xml"
+    base = {"--collective": "allgather"}
+    full = ["synth", *args]
+    for k, v in base.items():
+        if k not in args:
+            full += [k, v]
+    rc, stdout, err = run(*full, "-o", str(out))
+    assert_bad_input(rc, stdout, err)
+    assert not out.exists()
+    assert os.listdir(tmp_path) == []
+
+
+def test_malformed_profile(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ngpu: {model: X, sms: 80, count: 2\n")
+    out = tmp_path / "x.xml"
+    rc, stdout, err = run("synth", "--hardware", str(bad), "--collective", "allgather", "-o", str(out))
+    assert_bad_input(rc, stdout, err)
+    assert str(bad) in err
+    assert not out.exists()
+
+
+def test_unknown_key_in_profile_is_named(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ndescription: y\ngpu: {model: X, sms: 80, count: 2, colour: red}\n"
+                   "link_classes: {nv: {bandwidth: 25, latency: 0.5}}\n"
+                   "direct: {class: nv, matrix: [[0, 1], [1, 0]]}\n")
+    rc, stdout, err = run("hardware", "show", str(bad))
+    assert_bad_input(rc, stdout, err)
+    assert "colour" in err
+
+
+def test_unwritable_output(tmp_path):
+    out = tmp_path / "no" / "such" / "dir" / "x.xml"
+    rc, stdout, err = run("synth", "--hardware", "dgx-a100", "--collective", "allgather", "-o", str(out))
+    assert_bad_input(rc, stdout, err)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        if os.access(ro, os.W_OK):
+            pytest.skip("running as a user who can write anywhere")
+        rc, stdout, err = run("synth", "--hardware", "dgx-a100", "--collective", "allgather",
+                              "-o", str(ro / "x.xml"))
+        assert_bad_input(rc, stdout, err)
+    finally:
+        ro.chmod(0o700)
+
+
+def test_output_path_that_is_a_directory(tmp_path):
+    rc, stdout, err = run("synth", "--hardware", "dgx-a100", "--collective", "allgather",
+                          "-o", str(tmp_path))
+    assert_bad_input(rc, stdout, err)
+
+
+@pytest.mark.parametrize("content", ["this is not xml", "<html><body/></html>", ""])
+def test_verify_rejects_non_msccl_files(tmp_path, content):
+    f = tmp_path / "f.xml"
+    f.write_text(content)
+    rc, stdout, err = run("verify", str(f))
+    assert_bad_input(rc, stdout, err)
+
+
+def test_verify_missing_file(tmp_path):
+    rc, stdout, err = run("verify", str(tmp_path / "missing.xml"))
+    assert_bad_input(rc, stdout, err)
+
+
+def test_verify_invalid_file_exits_1(tmp_path):
+    out = tmp_path / "ag.xml"
+    rc, _, err = run("synth", "--hardware", "dgx-a100", "--collective", "allgather", "-o", str(out))
+    assert rc == 0, err
+    out.write_text(out.read_text().replace('minBytes="0" ', ""))
+    rc, stdout, err = run("verify", str(out))
+    assert rc == 1
+    assert "minBytes" in stdout
+
+
+def test_hardware_list_and_show():
+    runner = CliRunner()
+    res = runner.invoke(cli, ["hardware", "list"])
+    assert res.exit_code == 0
+    for name in ("dgx2", "ndv2", "dgx-a100", "mi250", "dgx-h100"):
+        assert name in res.output
+    res = runner.invoke(cli, ["hardware", "show", "dgx-a100", "--nodes", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert json.dumps(data)

@@ -1,0 +1,69 @@
+"""End to end: every shipped profile at 1 and 2 nodes, every collective, ring (and direct where the
+fabric allows), written files verify for exe and rccl, in-place and out-of-place."""
+
+import pytest
+
+from colls import hardware, msccl, pipeline, verify
+from colls.collectives import KINDS, Collective
+from colls.errors import CollsError
+from colls.targets import TARGETS
+
+PROFILES = [p["name"] for p in hardware.list_profiles()]
+
+
+@pytest.fixture(scope="module", params=[(name, nodes) for name in PROFILES for nodes in (1, 2)],
+                ids=lambda p: f"{p[0]}x{p[1]}")
+def topology(request):
+    name, nodes = request.param
+    return hardware.load_topology(name, nodes=nodes)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_ring_verifies_for_exe_and_rccl_in_and_out_of_place(topology, kind):
+    result = pipeline.compile_schedule(topology, Collective(kind, topology.ngpus), "ring")
+    assert result.program.inplace == 1 and result.program.outofplace == 1
+    for target in ("exe", "rccl"):
+        parsed, findings = msccl.parse(result.text, "<test>")
+        report = verify.verify(parsed, TARGETS[target], sms=topology.min_sms(), findings=findings)
+        assert report.ok, report.format()
+    assert result.facts["model_algbw_gbps"] > 0
+
+
+def test_direct_allgather_on_switch_machine():
+    topo = hardware.load_topology("dgx-a100", nodes=1)
+    result = pipeline.compile_schedule(topo, Collective("allgather", 8), "direct")
+    assert result.report.ok
+    assert result.program.max_steps() <= 4
+
+
+def test_direct_refuses_where_the_fabric_has_no_link():
+    topo = hardware.load_topology("ndv2", nodes=1)
+    with pytest.raises(CollsError, match="direct"):
+        pipeline.compile_schedule(topo, Collective("allgather", 8), "direct")
+
+
+def test_old_target_and_options_reach_the_file():
+    topo = hardware.load_topology("dgx-a100", nodes=1)
+    result = pipeline.compile_schedule(topo, Collective("reducescatter", 8), "ring", target="old",
+                                       proto="LL128", min_bytes=1024, max_bytes=1 << 20, instances=2)
+    text = result.text
+    assert 'coll="reduce_scatter"' in text and 'proto="LL128"' in text
+    assert 'minBytes="1024"' in text and 'maxBytes="1048576"' in text
+    assert result.program.nchannels >= 2
+
+
+def test_output_is_byte_identical_across_runs():
+    topo = hardware.load_topology("ndv2", nodes=2)
+    a = pipeline.compile_schedule(topo, Collective("allreduce", 16), "ring").text
+    b = pipeline.compile_schedule(topo, Collective("allreduce", 16), "ring").text
+    assert a == b
+
+
+def test_write_atomic_leaves_no_partial_file(tmp_path):
+    target = tmp_path / "out.xml"
+    pipeline.write_atomic(target, "<algo/>\n")
+    assert target.read_text() == "<algo/>\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.xml"]
+    with pytest.raises(CollsError):
+        pipeline.write_atomic(tmp_path / "missing" / "x.xml", "x")
+    assert [p.name for p in tmp_path.iterdir()] == ["out.xml"]
