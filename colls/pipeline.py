@@ -32,6 +32,9 @@ from colls.targets import Target, get_target
 from colls.topology import Topology
 
 MODES = ("both", "inplace", "outofplace")
+# The older runtime selects a file for sizes in [minBytes, maxBytes); "no upper limit" (maxBytes 0 for
+# exe/rccl) is written for it as an explicit bound far above any message, as ForestColl writes it.
+OLD_NO_LIMIT = 1 << 40
 
 
 @dataclass
@@ -69,6 +72,8 @@ def compile_schedule(topology: Topology, collective: Collective, method: str, *,
     """Synthesize, lower, emit and prove one schedule. Raises CollsError when any stage refuses."""
     tgt = get_target(target)
     _check_options(topology, collective, tgt, instances, proto, min_bytes, max_bytes, mode)
+    if tgt.name == "old" and max_bytes == 0:
+        max_bytes = OLD_NO_LIMIT
     schedule = synth.get_method(method)(topology, collective, **(options or {}))
     schedule.check()
     schedule = schedule.replicate(instances)

@@ -52,6 +52,12 @@ def test_old_target_and_options_reach_the_file():
     assert result.program.nchannels >= 2
 
 
+def test_old_target_gets_an_explicit_upper_size():
+    topo = hardware.load_topology("dgx-a100", nodes=1)
+    result = pipeline.compile_schedule(topo, Collective("allgather", 8), "ring", target="old")
+    assert 'maxBytes="1099511627776"' in result.text
+
+
 def test_output_is_byte_identical_across_runs():
     topo = hardware.load_topology("ndv2", nodes=2)
     a = pipeline.compile_schedule(topo, Collective("allreduce", 16), "ring").text
