@@ -44,7 +44,7 @@ import networkx as nx
 import numpy as np
 from ortools.graph.python import max_flow
 
-from colls.collectives import KINDS, busbw_factor
+from colls.collectives import KINDS, busbw_factor, rank_ranges
 from colls.errors import CollsError
 from colls.topology import GPU, NIC, Topology, Vertex, vertex_key
 
@@ -744,19 +744,6 @@ def _num(value: Fraction) -> str:
     return text
 
 
-def _ranges(ranks: list[int]) -> str:
-    """``[0, 1, 2, 3, 5]`` -> ``"0-3,5"``."""
-    out = []
-    i = 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
-        i = j + 1
-    return ",".join(out)
-
-
 def _join(parts: list[str]) -> str:
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
@@ -780,13 +767,13 @@ def _describe_side(topo: Topology, side: frozenset) -> tuple[int, str]:
         if nd is not None and not one_node and len(mine) == len(by_node[nd]):
             full_nodes.append(nd)
         else:
-            what = f"GPU {mine[0]}" if len(mine) == 1 else f"GPUs {_ranges(mine)}"
+            what = f"GPU {mine[0]}" if len(mine) == 1 else f"GPUs {rank_ranges(mine)}"
             if nd is not None and not one_node and len(mine) > 1:
                 what += f" of node {nd}"  # ranks are global: one GPU needs no node
             partial.append(what)
     parts = []
     if full_nodes:
-        parts.append(f"node {full_nodes[0]}" if len(full_nodes) == 1 else f"nodes {_ranges(full_nodes)}")
+        parts.append(f"node {full_nodes[0]}" if len(full_nodes) == 1 else f"nodes {rank_ranges(full_nodes)}")
     parts += partial
     return (1 if full_nodes else 0) + len(partial), _join(parts)
 

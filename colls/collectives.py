@@ -71,22 +71,20 @@ def describe(value: Value | None) -> str:
     idx = {j for _, j in atoms}
     ranks = sorted(r for r, _ in atoms)
     if len(idx) == 1:
-        return f"the sum of input {idx.pop()} over ranks {_ranges(ranks)}"
+        return f"the sum of input {idx.pop()} over ranks {rank_ranges(ranks)}"
     return "a sum of " + ", ".join(f"({r},{j})" for r, j in atoms)
 
 
-def _ranges(xs: list[int]) -> str:
-    out, start, prev = [], None, None
-    for x in xs:
-        if start is None:
-            start = prev = x
-        elif x == prev + 1:
-            prev = x
-        else:
-            out.append(f"{start}" if start == prev else f"{start}-{prev}")
-            start = prev = x
-    if start is not None:
-        out.append(f"{start}" if start == prev else f"{start}-{prev}")
+def rank_ranges(ranks: list[int]) -> str:
+    """Sorted ints as compact ranges for people: ``[0, 1, 2, 3, 5]`` -> ``"0-3,5"``."""
+    out = []
+    i = 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
     return ",".join(out)
 
 
