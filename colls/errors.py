@@ -22,3 +22,11 @@ class CollsError(Exception):
         prefix = ": ".join(parts)
         text = f"{prefix}: {message}" if prefix else message
         super().__init__(" ".join(text.split()))
+
+
+class LimitError(CollsError):
+    """A schedule that does not fit a runtime target's limits (steps, threadblocks, channels).
+
+    A method with a smaller variant (fewer trees per GPU) may catch it and try again; anywhere else it
+    is an ordinary user-facing error.
+    """

@@ -29,7 +29,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
 from colls.collectives import Collective
-from colls.errors import CollsError
+from colls.errors import CollsError, LimitError
 from colls.program import Gpu, Program, Step, Threadblock
 from colls.schedule import TRANSIENT, Op, Schedule
 from colls.targets import Target
@@ -116,19 +116,19 @@ def lower(schedule: Schedule, target: Target, options: LowerOptions | None = Non
         if tbmax > limit_tbs:
             what = f"the GPU's {options.sms} SMs" if options.sms and options.sms < target.max_tbs \
                 else f"the target's {target.max_tbs}"
-            raise CollsError(f"{schedule.method} {schedule.collective.kind}: needs {tbmax} threadblocks "
+            raise LimitError(f"{schedule.method} {schedule.collective.kind}: needs {tbmax} threadblocks "
                              f"per GPU, more than {what} (threadblocks must all be resident); try fewer "
                              f"--instances")
         per_chan = _max_tbs_per_channel(program)
         if target.max_tbs_per_channel and per_chan > target.max_tbs_per_channel:
-            raise CollsError(f"{schedule.method} {schedule.collective.kind}: needs {per_chan} threadblocks "
+            raise LimitError(f"{schedule.method} {schedule.collective.kind}: needs {per_chan} threadblocks "
                              f"with a peer on one channel; {target.name} allows "
                              f"{target.max_tbs_per_channel}")
         if steps <= target.max_steps:
             return program
         last_error = (f"{schedule.method} {schedule.collective.kind}: needs {steps} steps in one "
                       f"threadblock; {target.name} allows {target.max_steps}")
-    raise CollsError(f"{last_error}, and splitting it across channels would need more than "
+    raise LimitError(f"{last_error}, and splitting it across channels would need more than "
                      f"{target.max_channels} channels")
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from colls import lower as lowering
 from colls import msccl, synth, verify
 from colls.collectives import Collective, busbw_factor
-from colls.errors import CollsError
+from colls.errors import CollsError, LimitError
 from colls.program import PROTOCOLS, Program
 from colls.schedule import Schedule
 from colls.targets import Target, get_target
@@ -69,12 +69,43 @@ class Compiled:
 def compile_schedule(topology: Topology, collective: Collective, method: str, *, target: str = "exe",
                      instances: int = 1, proto: str = "Simple", min_bytes: int = 0, max_bytes: int = 0,
                      mode: str = "both", options: dict | None = None) -> Compiled:
-    """Synthesize, lower, emit and prove one schedule. Raises CollsError when any stage refuses."""
+    """Synthesize, lower, emit and prove one schedule. Raises CollsError when any stage refuses.
+
+    For ``trees`` without ``trees_per_gpu``, the optimal number of trees per GPU is tried first and,
+    while the program exceeds the target's limits, the next smaller one; the facts then say what the
+    optimum was, what was achieved and which limit decided.
+    """
     tgt = get_target(target)
     _check_options(topology, collective, tgt, instances, proto, min_bytes, max_bytes, mode)
     if tgt.name == "old" and max_bytes == 0:
         max_bytes = OLD_NO_LIMIT
-    schedule = synth.get_method(method)(topology, collective, **(options or {}))
+    options = dict(options or {})
+    settings = dict(instances=instances, proto=proto, min_bytes=min_bytes, max_bytes=max_bytes,
+                    mode=mode)
+    if method != "trees" or "trees_per_gpu" in options:
+        return _compile_once(topology, collective, method, tgt, options, **settings)
+    from colls.synth import trees
+    candidates = trees.k_candidates(topology, collective)
+    refused = []
+    for k in candidates:
+        try:
+            result = _compile_once(topology, collective, method, tgt,
+                                   dict(options, trees_per_gpu=k), **settings)
+        except LimitError as e:
+            refused.append((k, str(e)))
+            continue
+        result.facts["trees_per_gpu_tried"] = [k for k, _ in refused] + [k]
+        if refused:
+            result.facts["limited_by"] = (f"{refused[0][0]} trees per GPU would not fit {tgt.name}: "
+                                          f"{refused[0][1]}")
+        return result
+    raise LimitError(f"trees {collective.kind} on {topology.name}: no number of trees per GPU fits "
+                     f"{tgt.name} (tried {', '.join(str(k) for k, _ in refused)}): {refused[-1][1]}")
+
+
+def _compile_once(topology: Topology, collective: Collective, method: str, tgt: Target, options: dict,
+                  *, instances: int, proto: str, min_bytes: int, max_bytes: int, mode: str) -> Compiled:
+    schedule = synth.get_method(method)(topology, collective, **options)
     schedule.check()
     schedule = schedule.replicate(instances)
     opts = lowering.LowerOptions(
