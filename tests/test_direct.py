@@ -100,9 +100,10 @@ def test_rank_count_must_match():
 
 # --- the registry ------------------------------------------------------------------------------------------
 def test_registry():
-    assert METHODS == {"ring": ring.synthesize, "direct": direct.synthesize}
+    from colls.synth import trees
+    assert METHODS == {"ring": ring.synthesize, "direct": direct.synthesize, "trees": trees.synthesize}
     assert get_method("direct") is direct.synthesize and get_method("ring") is ring.synthesize
-    with pytest.raises(CollsError, match=r"unknown method 'milp' \(choose from direct, ring\)"):
+    with pytest.raises(CollsError, match=r"unknown method 'milp' \(choose from direct, ring, trees\)"):
         get_method("milp")
 
 

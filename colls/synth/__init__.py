@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import Callable
 
 from colls.errors import CollsError
-from colls.synth import direct, ring
+from colls.synth import direct, ring, trees
 from colls.synth.common import checked_route, schedule_facts  # noqa: F401  (re-exported)
 
-METHODS: dict[str, Callable] = {"ring": ring.synthesize, "direct": direct.synthesize}
+METHODS: dict[str, Callable] = {"ring": ring.synthesize, "direct": direct.synthesize,
+                                "trees": trees.synthesize}
 
 
 def get_method(name: str) -> Callable:
