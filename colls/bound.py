@@ -106,6 +106,7 @@ class Bound:
     latency_us: float
     exact: bool = True
     method: str = ""
+    achievable: Fraction | None = None  # when not exact: an algbw that is certainly reachable
     root: int | None = None
     parts: tuple = ()
 
@@ -136,6 +137,8 @@ class Bound:
             "busbw_gbps": self.busbw, "exact": self.exact, "method": self.method,
             "binding_cut": self.cut_words, "latency_bound_us": self.latency_us,
         }
+        if self.achievable is not None:
+            out["achievable_gbps"] = float(self.achievable)
         if self.parts:
             out["parts"] = [p.to_dict() for p in self.parts]
         if size_bytes is not None:
@@ -151,6 +154,8 @@ class Bound:
                  f"(busbw {self.busbw:.2f} GB/s)",
                  f"  binding cut: {self.cut_words}",
                  f"  bound: {self.method}",
+                 *([f"  reachable: {float(self.achievable):.2f} GB/s (the balanced graph's optimum)"]
+                   if self.achievable is not None else []),
                  f"  latency floor: {self.latency_us:.2f} us"]
         for p in self.parts:
             lines.append(f"  {p.collective} part: {float(p.algbw):.2f} GB/s, cut: {p.cut_words}")
@@ -332,9 +337,39 @@ def _gather_bound(topo: Topology, kind: str, latency: float) -> Bound:
         method = _EXACT_RS
     n = topo.ngpus
     algbw = n * x
+    exact, achievable = True, None
+    lopsided = _unbalanced_relays(topo)
+    if lopsided:
+        # Switches and NICs forward but never copy data, so a relay that takes in less than it sends
+        # out (a NIC shared by two GPUs) can make the cut bound unreachable. The balanced graph (each
+        # such relay's larger side scaled down) is reachable by splitting and tree packing.
+        from colls.synth.splitting import Splitter
+        directed = topo if kind == "allgather" else topo.reversed()
+        target = Splitter(directed, optimum=x).target
+        if target < x:
+            exact, achievable = False, n * target
+            v, a, b = lopsided[0]
+            method = (f"cut bound, an upper bound: {topo.label(v)} takes in {_num(a)} GB/s but sends "
+                      f"out {_num(b)} GB/s, and switches and NICs do not copy data, so the optimum "
+                      f"lies between {float(n * target):.2f} GB/s (reached by the balanced graph) and "
+                      f"this bound")
     return Bound(kind, n, algbw, float(algbw) * busbw_factor(kind, n), x, sending,
                  frozenset(topo.graph.nodes) - sending, cut_words(topo, sending), latency,
-                 exact=True, method=method)
+                 exact=exact, method=method, achievable=achievable)
+
+
+def _unbalanced_relays(topo: Topology) -> list:
+    """Non-GPU vertices whose total in- and out-bandwidth differ: (vertex, in, out), in vertex order."""
+    g = topo.graph
+    out = []
+    for v in topo.vertices():
+        if topo.kind(v) == GPU:
+            continue
+        a = sum((d["bw"] for _, _, d in g.in_edges(v, data=True)), Fraction(0))
+        b = sum((d["bw"] for _, _, d in g.out_edges(v, data=True)), Fraction(0))
+        if a != b:
+            out.append((v, a, b))
+    return out
 
 
 def allgather_bound(topo: Topology) -> Bound:
@@ -450,10 +485,17 @@ def allreduce_bound(topo: Topology) -> Bound:
     n = topo.ngpus
     slow = rs if rs.algbw < ag.algbw else ag
     words = f"reduce-scatter: {rs.cut_words}; allgather: {ag.cut_words}"
+    exact = rs.exact and ag.exact
+    achievable = None
+    if not exact:
+        reach = [p.achievable if p.achievable is not None else p.algbw for p in (rs, ag)]
+        achievable = 1 / (1 / reach[0] + 1 / reach[1])
+    method = "reduce-scatter then allgather (1/algbw = 1/algbw_RS + 1/algbw_AG); not in-network reduction"
+    if not exact:
+        method += "; an upper bound, as its parts are (see them)"
     return Bound("allreduce", n, algbw, float(algbw) * busbw_factor("allreduce", n), algbw / n,
-                 slow.cut, slow.complement, words, lat, exact=True,
-                 method="reduce-scatter then allgather (1/algbw = 1/algbw_RS + 1/algbw_AG); "
-                        "not in-network reduction", parts=(rs, ag))
+                 slow.cut, slow.complement, words, lat, exact=exact, method=method,
+                 parts=(rs, ag), achievable=achievable)
 
 
 # --------------------------------------------------------------------------------------------------------

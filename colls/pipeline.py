@@ -61,8 +61,19 @@ class Compiled:
         if f.get("model_algbw_gbps") is not None:
             line += f"; model algbw {f['model_algbw_gbps']:.1f} GB/s"
             if f.get("bound_algbw_gbps"):
+                kind = "optimum" if f.get("bound_exact", True) else "upper bound"
                 line += (f" ({100 * f['model_algbw_gbps'] / f['bound_algbw_gbps']:.1f}% of the "
-                         f"{f['bound_algbw_gbps']:.1f} GB/s bound)")
+                         f"{f['bound_algbw_gbps']:.1f} GB/s {kind}")
+                if f.get("bound_reachable_gbps"):
+                    line += f"; {f['bound_reachable_gbps']:.1f} GB/s is reachable"
+                line += ")"
+        info = f.get("method_info", {})
+        if info.get("method") == "trees":
+            line += f"; {info['k']} trees per GPU"
+            if info.get("k_capped"):
+                line += f" ({info['k_capped']})"
+        if f.get("limited_by"):
+            line += f"; {f['limited_by']}"
         return line
 
 
@@ -164,7 +175,10 @@ def _facts(topology, schedule, program, tgt, method, mode) -> dict:
     bound = _bound_or_none(topology, coll)
     if bound is not None:
         facts["bound_algbw_gbps"] = float(bound.algbw)
+        facts["bound_exact"] = bound.exact
         facts["bound_cut"] = bound.cut_words
+        if bound.achievable is not None:
+            facts["bound_reachable_gbps"] = float(bound.achievable)
         if algbw:
             facts["fraction_of_bound"] = float(Fraction(algbw) / bound.algbw)
     return facts
