@@ -242,7 +242,9 @@ def _threadblocks(instrs: list[_Instr]) -> tuple[list[_Tb], set]:
     tbs: list[_Tb] = []
     orphans: set = set()
     for (rank, chan), group in sorted(by_rc.items()):
-        weight: dict = defaultdict(int)
+        # Pairing weight: fusions whose value is in flight (rrs) must be kept, so they come first;
+        # then the pairs with the most fusable instructions.
+        weight: dict = defaultdict(lambda: [0, 0])
         recv_peers, send_peers = set(), set()
         for ins in group:
             if ins.recv is not None:
@@ -250,10 +252,12 @@ def _threadblocks(instrs: list[_Instr]) -> tuple[list[_Tb], set]:
             if ins.send is not None:
                 send_peers.add(ins.send_peer)
             if ins.recv is not None and ins.send is not None:
-                weight[(ins.recv_peer, ins.send_peer)] += 1
+                w = weight[(ins.recv_peer, ins.send_peer)]
+                w[0] += ins.recv.dst_buf == TRANSIENT
+                w[1] += 1
         pair_of_recv: dict = {}
         used_send = set()
-        for (q, p), _ in sorted(weight.items(), key=lambda kv: (-kv[1], kv[0])):
+        for (q, p), _ in sorted(weight.items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0])):
             if q not in pair_of_recv and p not in used_send:
                 pair_of_recv[q] = p
                 used_send.add(p)

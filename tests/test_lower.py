@@ -159,3 +159,35 @@ def test_lowering_is_deterministic():
     a = msccl.emit(lower(ring_allgather(6), TARGETS["exe"]))
     b = msccl.emit(lower(ring_allgather(6), TARGETS["exe"]))
     assert a == b
+
+
+def test_in_flight_fusions_win_the_threadblock_pairing():
+    """Rank 1 forwards to rank 2 both copies from rank 0 (fusable, optional) and partial sums from
+    rank 3 that stay in flight (they exist only fused, as rrs). Both pairs want send peer 2 on one
+    channel and weigh the same; the in-flight pair must get that threadblock."""
+    n, c = 4, 3
+    coll = Collective("reducescatter", n, c)
+    ops = []
+    for j in range(c):
+        blk = 2 * c + j
+        ops += [Op(0, 2, 2, "i", blk, "o", j),                                   # rank 2's own part
+                Op(1, 0, 1, "i", blk, "s", j), Op(2, 1, 2, "s", j, "s", j),      # 0 -> 1 -> 2, copies
+                Op(1, 3, 1, "i", blk, "t", j, reduce=("i", blk)),                # 3 -> 1, sum in flight
+                Op(3, 1, 2, "t", j, "o", j, reduce=("o", j)),                    # 1 -> 2, reduced
+                Op(4, 2, 2, "s", j, "o", j, reduce=("o", j))]                    # add rank 0's part
+    step = 5
+    for dst in (0, 1, 3):
+        for j in range(c):
+            ops.append(Op(step, dst, dst, "i", dst * c + j, "o", j))
+        for src in range(n):
+            if src != dst:
+                step += 1
+                ops += [Op(step, src, dst, "i", dst * c + j, "o", j, reduce=("o", j)) for j in range(c)]
+        step += 1
+    schedule = Schedule(coll, ops, "test", scratch=c)
+    schedule.check()
+    program = lower(schedule, TARGETS["exe"])
+    check(program)
+    rank1 = program.gpus[1]
+    fused = [tb for tb in rank1.tbs if any(st.type == "rrs" for st in tb.steps)]
+    assert fused and fused[0].recv == 3 and fused[0].send == 2
