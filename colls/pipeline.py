@@ -70,10 +70,12 @@ class Compiled:
         info = f.get("method_info", {})
         if info.get("method") == "trees":
             line += f"; {info['k']} trees per GPU"
-            if info.get("k_capped"):
+            if "trees_per_gpu_tried" not in f:
+                line += " (as asked)"
+            elif f.get("limited_by"):
+                line += f" (the better {f['limited_by']})"
+            elif info.get("k_capped"):
                 line += f" ({info['k_capped']})"
-        if f.get("limited_by"):
-            line += f"; {f['limited_by']}"
         return line
 
 

@@ -108,3 +108,20 @@ def test_trees_unconstrained_packing_matches_the_bound(cluster):
     report = trees.unconstrained_report(cluster, "allgather")
     reference = float(b.algbw if b.exact else b.achievable)
     assert abs(report["algbw_gbps"] - reference) <= 0.001 * reference, report["text"]
+
+
+def test_trees_fall_back_to_a_smaller_k_and_say_which_limit_decided():
+    topo = hardware.load_topology("mi250", nodes=2)
+    result = pipeline.compile_schedule(topo, Collective("allgather", 32), "trees", instances=4)
+    tried = result.facts["trees_per_gpu_tried"]
+    assert len(tried) >= 2 and tried[-1] == result.schedule.info["k"] < tried[0]
+    assert "threadblocks" in result.facts["limited_by"]
+    assert result.program.max_tbs() <= topo.min_sms()
+    assert "would not fit exe" in result.summary()
+
+
+def test_trees_with_k_fixed_never_falls_back():
+    topo = hardware.load_topology("mi250", nodes=2)
+    with pytest.raises(CollsError, match="threadblocks"):
+        pipeline.compile_schedule(topo, Collective("allgather", 32), "trees", instances=4,
+                                  options={"trees_per_gpu": 7})
