@@ -42,15 +42,14 @@ from typing import Iterable
 
 import networkx as nx
 import numpy as np
-from ortools.graph.python import max_flow
 
 from colls.collectives import KINDS, busbw_factor, rank_ranges
 from colls.errors import CollsError
+from colls.flow import INT_LIMIT, FlowNet
 from colls.topology import GPU, NIC, Topology, Vertex, vertex_key
 
 # Scaled capacities (and every flow value) must stay below this; the max-flow solver works in int64
 # and reports POSSIBLE_OVERFLOW when the capacity out of the source could exceed 2^63 - 1.
-_INT_LIMIT = 2 ** 62
 
 _EXACT_AG = "exact optimum: min over cuts S of B+(S) / |S ∩ GPUs| (ForestColl)"
 _EXACT_RS = "exact optimum: the allgather optimum of the reversed graph (ForestColl)"
@@ -168,11 +167,11 @@ class Bound:
 # The flow network (one per topology and call; capacities are changed in place, never rebuilt)
 # --------------------------------------------------------------------------------------------------------
 class _FlowNet:
-    """The topology as an OR-Tools ``SimpleMaxFlow`` with a super-source and a super-sink.
+    """The topology as a :class:`colls.flow.FlowNet` with integer-scaled capacities.
 
-    Vertex index: GPU rank r is index r, then the other vertices in ``vertex_key`` order, then the
-    super-source ``s`` and the super-sink ``z``. Arcs: the topology's links (capacity ``bw x scale``,
-    times a multiplier), then ``s -> r`` and ``r -> z`` for every rank r (capacities set per use).
+    Vertex index: GPU rank r is index r, then the other vertices in ``vertex_key`` order; the network's
+    own source ``s`` and sink ``z`` follow. Arcs: the topology's links (capacity ``bw x scale``, times a
+    multiplier), then ``s -> v`` and ``v -> z`` (capacities set per use; nonzero only for GPUs here).
     """
 
     def __init__(self, topo: Topology):
@@ -184,7 +183,6 @@ class _FlowNet:
         self.vertices: list = list(self.gpus) + others
         self.index = {v: i for i, v in enumerate(self.vertices)}
         self.nv = len(self.vertices)
-        self.source, self.sink = self.nv, self.nv + 1
         links = [(u, v, d["bw"]) for u, v, d in topo.links()]
         self.scale = 1
         for _, _, bw in links:
@@ -192,49 +190,37 @@ class _FlowNet:
         caps = [int(Fraction(bw) * self.scale) for _, _, bw in links]
         self.total = sum(caps)
         self._check(self.total * max(self.n, 1), "the link bandwidths")
-        self.m = len(links)
-        self.tails = np.array([self.index[u] for u, _, _ in links], dtype=np.int32)
-        self.heads = np.array([self.index[v] for _, v, _ in links], dtype=np.int32)
         self.caps = np.array(caps, dtype=np.int64)
-        ranks = np.arange(self.n, dtype=np.int32)
-        all_tails = np.concatenate([self.tails, np.full(self.n, self.source, np.int32), ranks])
-        all_heads = np.concatenate([self.heads, ranks, np.full(self.n, self.sink, np.int32)])
-        self.arcs = np.arange(self.m + 2 * self.n, dtype=np.int32)
-        self.smf = max_flow.SimpleMaxFlow()
-        self.smf.add_arcs_with_capacity(all_tails, all_heads, np.zeros(len(self.arcs), np.int64))
+        self.net = FlowNet(self.nv, [self.index[u] for u, _, _ in links],
+                           [self.index[v] for _, v, _ in links], what=f"topology {topo.name!r}")
+        self.tails, self.heads = self.net.tails, self.net.heads
+        self.source, self.sink = self.net.s, self.net.z
 
     def _check(self, value: int, what: str) -> None:
-        if value >= _INT_LIMIT:
+        if value >= INT_LIMIT:
             raise CollsError(
                 f"{what} of topology {self.topo.name!r} cannot be represented exactly in 64-bit "
                 f"integers (common denominator {self.scale}); round the bandwidths to fewer digits")
 
     def set(self, mult: int, src: np.ndarray | int = 0, snk: np.ndarray | int = 0) -> None:
         """Link capacities ``bw x scale x mult``; ``s -> r`` capacities ``src``; ``r -> z`` ``snk``."""
-        src = np.broadcast_to(np.asarray(src, dtype=object), (self.n,))
-        snk = np.broadcast_to(np.asarray(snk, dtype=object), (self.n,))
-        self._check(self.total * mult + int(sum(src)) + int(sum(snk)), "a scaled capacity")
-        caps = np.concatenate([self.caps * mult, src.astype(np.int64), snk.astype(np.int64)])
-        self.smf.set_arcs_capacity(self.arcs, caps)
+        src_all = np.zeros(self.nv, dtype=object)
+        snk_all = np.zeros(self.nv, dtype=object)
+        src_all[: self.n] = np.broadcast_to(np.asarray(src, dtype=object), (self.n,))
+        snk_all[: self.n] = np.broadcast_to(np.asarray(snk, dtype=object), (self.n,))
+        self._check(self.total * mult + int(src_all.sum()) + int(snk_all.sum()), "a scaled capacity")
+        self.net.set(self.caps * mult, src_all.astype(np.int64), snk_all.astype(np.int64))
 
     def solve(self, a: int, b: int) -> int:
-        status = self.smf.solve(a, b)
-        if status != self.smf.OPTIMAL:
-            raise CollsError(f"max-flow on topology {self.topo.name!r} failed with status {status} "
-                             "(capacities too large to be exact in 64-bit integers)")
-        return int(self.smf.optimal_flow())
+        return self.net.solve(a, b)
 
     def source_side(self) -> np.ndarray:
         """Boolean mask over topology vertices: the minimal source side of the last min cut."""
-        mask = np.zeros(self.nv + 2, dtype=bool)
-        mask[self.smf.get_source_side_min_cut()] = True
-        return mask[: self.nv]
+        return self.net.source_side()
 
     def sink_side(self) -> np.ndarray:
         """Boolean mask over topology vertices: the minimal sink side of the last min cut."""
-        mask = np.zeros(self.nv + 2, dtype=bool)
-        mask[self.smf.get_sink_side_min_cut()] = True
-        return mask[: self.nv]
+        return self.net.sink_side()
 
     def out_cap(self, side: np.ndarray) -> int:
         """B+(side) in scaled units (``bw x scale``): total capacity of links leaving ``side``."""

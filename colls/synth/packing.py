@@ -58,7 +58,7 @@ from fractions import Fraction
 import numpy as np
 
 from colls.errors import CollsError
-from colls.synth.splitting import FlowNet
+from colls.flow import FlowNet
 
 _BIG = 2 ** 40
 
@@ -201,7 +201,7 @@ class _MultiNet:
         for i in range(aux):
             at += [n + 1 + i] * n
             ah += list(range(n))
-        self.flow = FlowNet(V, at, ah)
+        self.flow = FlowNet(V, at, ah, what="trees")
         self.V = V
         self.zero_v = np.zeros(V, dtype=np.int64)
 
@@ -223,7 +223,7 @@ class _MultiNet:
         src[self.n] = _BIG
         snk = self.zero_v.copy()
         snk[sink] = _BIG
-        return self.flow.solve(caps, src, snk)
+        return self.flow.flow(caps, src, snk)
 
     def sink_side(self) -> np.ndarray:
         """GPU mask of the last min cut's sink side (the complement of the minimal source side)."""

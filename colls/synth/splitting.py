@@ -77,12 +77,11 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
-from ortools.graph.python import max_flow
 
 from colls.errors import CollsError
+from colls.flow import FlowNet
 from colls.topology import GPU, NIC, Topology, vertex_key
 
-_INT_LIMIT = 2 ** 62
 _MAX_PATHS = 8  # physical paths remembered per logical arc (more: "mixed", routes_match is False)
 EXACT_BUDGET = 400_000  # max-flows the exact greedy may spend when the fast path falls short (a count)
 
@@ -90,46 +89,6 @@ EXACT_BUDGET = 400_000  # max-flows the exact greedy may spend when the fast pat
 # --------------------------------------------------------------------------------------------------------
 # Exact max-flow on a capacitated graph of arbitrary vertices
 # --------------------------------------------------------------------------------------------------------
-class FlowNet:
-    """OR-Tools ``SimpleMaxFlow`` over vertices ``0..n-1`` plus a source ``s = n`` and a sink ``z = n+1``.
-
-    Arcs: the given ``(tail, head)`` pairs, then ``s -> v`` and ``v -> z`` for every vertex v. All
-    capacities are int64 and are reset in place for every query (never rebuilt).
-    """
-
-    def __init__(self, n: int, tails, heads):
-        self.n = n
-        self.s, self.z = n, n + 1
-        tails = np.asarray(tails, dtype=np.int32)
-        heads = np.asarray(heads, dtype=np.int32)
-        self.m = len(tails)
-        verts = np.arange(n, dtype=np.int32)
-        all_t = np.concatenate([tails, np.full(n, self.s, np.int32), verts])
-        all_h = np.concatenate([heads, verts, np.full(n, self.z, np.int32)])
-        self.tails, self.heads = tails, heads
-        self.arcs = np.arange(len(all_t), dtype=np.int32)
-        self.smf = max_flow.SimpleMaxFlow()
-        self.smf.add_arcs_with_capacity(all_t, all_h, np.zeros(len(all_t), np.int64))
-
-    def solve(self, caps: np.ndarray, src: np.ndarray, snk: np.ndarray) -> int:
-        """Max flow from s to z: arc capacities ``caps``, ``s -> v`` = ``src[v]``, ``v -> z`` = ``snk[v]``."""
-        total = int(caps.sum()) + int(src.sum())
-        if total >= _INT_LIMIT:
-            raise CollsError("trees: capacities too large to be exact in 64-bit integers; round the "
-                             "bandwidths to fewer digits")
-        self.smf.set_arcs_capacity(self.arcs, np.concatenate([caps, src, snk]).astype(np.int64))
-        status = self.smf.solve(self.s, self.z)
-        if status != self.smf.OPTIMAL:
-            raise CollsError(f"trees: max-flow failed with status {status}")
-        return int(self.smf.optimal_flow())
-
-    def source_side(self) -> np.ndarray:
-        """Boolean mask over vertices ``0..n-1``: the minimal source side of the last min cut."""
-        mask = np.zeros(self.n + 2, dtype=bool)
-        mask[self.smf.get_source_side_min_cut()] = True
-        return mask[: self.n]
-
-
 def _lcm_den(values) -> int:
     scale = 1
     for v in values:
@@ -155,7 +114,7 @@ class _Graph:
         self.keys = keys
         self.caps = [arcs[e] for e in keys]
         self.net = FlowNet(len(self.vertices), [self.index[u] for u, _ in keys],
-                           [self.index[v] for _, v in keys])
+                           [self.index[v] for _, v in keys], what="trees")
         self.scale = _lcm_den(self.caps)
         self.icaps = np.array([int(c * self.scale) for c in self.caps], dtype=np.int64)
         self.n = len(self.gpus)
@@ -206,7 +165,7 @@ def rate(arcs: dict, gpus: list[int], root=None, upper: Fraction | None = None, 
             big = int(g.icaps.sum()) + 1
             src[g.index[root]] = big
             snk[g.index[t]] = big
-            f = g.net.solve(g.icaps, src, snk)
+            f = g.net.flow(g.icaps, src, snk)
             if best is None or f < best:
                 best = f
         return Fraction(best or 0, g.scale)
@@ -228,7 +187,7 @@ def rate(arcs: dict, gpus: list[int], root=None, upper: Fraction | None = None, 
             caps, src, need = _requirement(g, x, None)
             snk = np.zeros(len(g.vertices), dtype=np.int64)
             snk[g.index[t]] = need + 1
-            if g.net.solve(caps, src, snk) >= need:
+            if g.net.flow(caps, src, snk) >= need:
                 break
             side = g.net.source_side()
             cnt = int(side[:n].sum())
@@ -254,7 +213,7 @@ def feasible(arcs: dict, gpus: list[int], x: Fraction, root=None, sinks=None) ->
             continue
         snk = np.zeros(len(g.vertices), dtype=np.int64)
         snk[g.index[t]] = need + 1
-        if g.net.solve(caps, src, snk) < need:
+        if g.net.flow(caps, src, snk) < need:
             return False
     return True
 
@@ -594,7 +553,7 @@ def _split_exact(work: _Work, w, x: Fraction, gpus: list[int], root) -> None:
         if (u, v) not in work.cap:
             keys.append((u, v))
     arc_of = {e: i for i, e in enumerate(keys)}
-    net = FlowNet(len(vertices), [index[a] for a, _ in keys], [index[b] for _, b in keys])
+    net = FlowNet(len(vertices), [index[a] for a, _ in keys], [index[b] for _, b in keys], what="trees")
     scale = math.lcm(_lcm_den(work.cap.values()), x.denominator)
     caps = np.array([int(work.cap.get(e, 0) * scale) for e in keys], dtype=np.int64)
     xi = int(x * scale)
@@ -623,12 +582,12 @@ def _split_exact(work: _Work, w, x: Fraction, gpus: list[int], root) -> None:
         if root is not None and root in snk_forced:
             return best  # every such set misses the root: its cut holds the root's source arc
         if any(isinstance(v, int) and v in valid_set for v in snk_forced):
-            return min(best, net.solve(caps, src, snk) - need)
+            return min(best, net.flow(caps, src, snk) - need)
         for t in valid_t:
             if t in src_forced:
                 continue
             snk[index[t]] = big
-            best = min(best, net.solve(caps, src, snk) - need)
+            best = min(best, net.flow(caps, src, snk) - need)
             snk[index[t]] = 0
             if best <= 0:
                 break
