@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
+from colls import bound as bounds
 from colls import lower as lowering
 from colls import msccl, synth, verify
 from colls.collectives import Collective, busbw_factor
@@ -187,12 +188,9 @@ def _facts(topology, schedule, program, tgt, method, mode) -> dict:
 
 
 def _bound_or_none(topology, coll):
+    """The collective's bound, or None where the model has none to give (the facts then omit it)."""
     try:
-        from colls import bound
-    except ImportError:
-        return None
-    try:
-        return bound.bound(topology, coll.kind, root=coll.root)
+        return bounds.bound(topology, coll.kind, root=coll.root)
     except CollsError:
         return None
 
