@@ -385,7 +385,7 @@ def _assemble(schedule: Schedule, tbs: list[_Tb], options: LowerOptions, target:
     by_rank: dict = defaultdict(list)
     for tb in tbs:
         by_rank[tb.rank].append(tb)
-    for rank, group in by_rank.items():
+    for group in by_rank.values():
         group.sort(key=lambda t: (t.chan, t.recv < 0, t.recv, t.send < 0, t.send))
         for k, tb in enumerate(group):
             tb.id = k

@@ -376,7 +376,7 @@ class _Verifier:
 
     # --- 1. contract: <gpu> -------------------------------------------------------------------------
     def check_gpus(self):
-        p, t = self.p, self.t
+        p = self.p
         n = p.ngpus if p.ngpus is not None else len(p.gpus)
         self.nranks = n
         seen: dict[int, int] = {}
@@ -636,7 +636,7 @@ class _Verifier:
                     nop_run[0])
 
     def check_hasdep(self):
-        for (gid, tbid, k), (wg, wtb, ws) in sorted(self.waited.items()):
+        for (gid, tbid, k), (_, wtb, ws) in sorted(self.waited.items()):
             g = self.gpu_by_id.get(gid)
             tb = self.tb_by_id.get(gid, {}).get(tbid)
             if g is None or tb is None:

@@ -78,7 +78,6 @@ from fractions import Fraction
 
 import numpy as np
 
-from colls.errors import CollsError
 from colls.flow import FlowNet
 from colls.topology import GPU, NIC, Topology, vertex_key
 
