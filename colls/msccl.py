@@ -67,6 +67,8 @@ class Finding:
     step: int | None = None
     line: int | None = None
     severity: str = "error"
+    effect: str | None = None      # what the runtime does with the file ("will not load", "hangs", ...)
+    calls: str | None = None       # which calls it concerns ("in-place calls", "calls above 2097152 bytes")
 
     @property
     def where(self) -> str:
@@ -81,13 +83,16 @@ class Finding:
         return text
 
     def to_dict(self) -> dict:
-        return {"rule": self.rule, "severity": self.severity, "message": self.message, "gpu": self.gpu,
-                "tb": self.tb, "step": self.step, "line": self.line}
+        return {"rule": self.rule, "severity": self.severity, "effect": self.effect, "calls": self.calls,
+                "message": self.message, "gpu": self.gpu, "tb": self.tb, "step": self.step, "line": self.line}
 
     def __str__(self) -> str:
         where = self.where
         head = f"{self.severity} [{self.rule}]"
-        return f"{head} {where}: {self.message}" if where else f"{head}: {self.message}"
+        head = f"{head} {where}:" if where else f"{head}:"
+        if self.severity == "error" and self.effect:
+            head += f" {self.effect}" + (f" ({self.calls})" if self.calls else "") + ":"
+        return f"{head} {self.message}"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -135,9 +140,12 @@ def emit(program: Program) -> str:
 # --------------------------------------------------------------------------------------------------
 
 FORMAT_CAP = 10    # findings of one format rule listed before a summary
+ADVICE_CAP = 3     # warnings of one rule (ignored elements, attributes) listed before a summary
 
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
 _PI = re.compile(r"<\?[^>]*>")
+_DECLARATION = re.compile(r"<!(DOCTYPE|\[CDATA\[|[A-Z]+|--)")
+_LOADER_TOKEN = re.compile(r"[^ >/\n\r]*")      # what mscclXmlGetToken reads as an element name
 _MULTILINE_TAG = re.compile(r"<([A-Za-z_][^\s>/]*+)[^>\n\r]*+[\n\r]")
 _QUOTE_TAG = re.compile(r"<[A-Za-z_][^>']*+'")
 _ATTR_VALUE = re.compile(r"""=\s*("[^"]*"|'[^']*')""")
@@ -186,13 +194,23 @@ class _Reader:
         self.source = source
         self.findings: list[Finding] = []
         self.plain: dict[str, int] = {}    # plain decimal text -> value (the fast path of integer())
+        self.advice: dict[str, int] = {}   # warnings per rule so far
 
     def fail(self, message: str, line: int | None = None):
         at_line = f" (line {line})" if line and "line" not in message else ""
         raise CollsError(f"{self.source}: {message}{at_line}")
 
     def add(self, rule, message, gpu=None, tb=None, step=None, *, line=None, severity="error"):
+        if severity != "error":               # advice about ignored elements and attributes: a few suffice
+            seen = self.advice[rule] = self.advice.get(rule, 0) + 1
+            if seen > ADVICE_CAP:
+                return
         self.findings.append(Finding(rule, message, gpu, tb, step, line, severity))
+
+    def summarize_advice(self):
+        for rule, count in sorted(self.advice.items()):
+            if count > ADVICE_CAP:
+                self.findings.append(Finding(rule, f"{count - ADVICE_CAP} more like this", severity="warning"))
 
     # --- the loader's text rules, on the raw text ----------------------------------------------------
     def scan_text(self):
@@ -206,9 +224,19 @@ class _Reader:
         if tab >= 0:
             hits.append((tab, "format-tab", f"tab character ({text.count(chr(9))} in the file): the loader "
                          "accepts only spaces and line breaks between elements and attributes", "error"))
-        for m in _COMMENT.finditer(text):
-            hits.append((m.start(), "format-comment", "comment: the executor skips it, but other loaders may "
-                         "not; nothing in it is read", "warning"))
+        for m in _COMMENT.finditer(text):        # the loader skips comments, once it has read "<!--word"
+            word = _LOADER_TOKEN.match(text, m.start() + 1)
+            if word and word.end() - word.start() >= MAX_STR_LEN:
+                hits.append((m.start(), "format-comment", f"a comment starting with a word of {word.end() - m.start()} "
+                             f"characters: the loader reads it as an element name of at most {MAX_STR_LEN - 1} "
+                             "(\"name too long\")", "error"))
+        for m in _DECLARATION.finditer(text):
+            if m.group(1) == "DOCTYPE":
+                hits.append((m.start(), "format-doctype", "a <!DOCTYPE ...> declaration: the loader reads it as an "
+                             "element named !DOCTYPE that is never closed (\"unterminated !DOCTYPE\")", "error"))
+            elif not text.startswith("<!--", m.start()):
+                hits.append((m.start(), "format-text", f"{text[m.start():m.start() + 12]!r}...: the loader cannot "
+                             "read markup declarations or CDATA", "error"))
         for m in _PI.finditer(text):
             if text.startswith("<?xml", m.start()):
                 hits.append((m.start(), "xml-declaration", "the file has an <?xml ...?> declaration; the loader "
@@ -247,8 +275,7 @@ class _Reader:
             self.add(rule, message, line=line, severity=severity)
         for rule, count in shown.items():
             if count > FORMAT_CAP:
-                severity = "warning" if rule == "format-comment" else "error"
-                self.add(rule, f"{count - FORMAT_CAP} more places break this rule", severity=severity)
+                self.add(rule, f"{count - FORMAT_CAP} more places break this rule")
 
     # --- values ------------------------------------------------------------------------------------
     def integer(self, elem, key: str, where: tuple = (None, None, None), raw: str | None = None) -> int | None:
@@ -268,18 +295,21 @@ class _Reader:
             self.fail(f"<{elem.tag}> attribute {key}={raw!r} is not an integer", line)
         value = strtol(raw)
         body = raw.strip().lstrip("+-")
+        severity = "warning"                  # read as meant, only spelled unusually
         if body[:2].lower() == "0x":
             why = "hexadecimal"
         elif body.startswith("0") and len(body) > 1:
             why = "leading zero: strtol reads the number as octal"
+            severity = "error"
         elif raw.strip().startswith("+"):
             why = "explicit '+' sign"
         elif value < -1:
-            why = "negative numbers other than -1 have no meaning in MSCCL XML"
+            why = "negative numbers other than -1 have no meaning in MSCCL XML (the checks of this field decide)"
         else:
             why = "not plain decimal"
+            severity = "error"
         self.add("format-number", f"<{elem.tag}> {key}=\"{raw}\": {why}; the loader reads {value}",
-                 where[0], where[1], where[2], line=line)
+                 where[0], where[1], where[2], line=line, severity=severity)
         return value
 
     def unknown_attrs(self, elem, known, where: tuple, keys=None):
@@ -422,6 +452,7 @@ def parse(text: str, source: str = "<string>") -> tuple[Program, list[Finding]]:
     reader = _Reader(text, source)
     with paused_gc():
         program = reader.read()
+    reader.summarize_advice()
     return program, reader.findings
 
 

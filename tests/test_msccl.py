@@ -168,14 +168,16 @@ def test_single_quoted_values():
     assert "<gpu>" in f.message and f.line == 9
 
 
-@pytest.mark.parametrize("raw, value, why", [
-    ("010", 8, "octal"), ("08", 0, "octal"), ("+1", 1, "'+'"), ("0x1", 1, "hexadecimal"), ("-2", -2, "negative"),
+@pytest.mark.parametrize("raw, value, why, severity", [
+    ("010", 8, "octal", "error"), ("08", 0, "octal", "error"), ("+1", 1, "'+'", "warning"),
+    ("0x1", 1, "hexadecimal", "warning"), ("-2", -2, "negative", "warning"),
 ])
-def test_numbers_strtol_misreads(raw, value, why):
+def test_numbers_strtol_misreads(raw, value, why, severity):
+    """Octal is a misreading (an error); '+', hex and other negatives are read as meant (a warning)."""
     text = BASE.replace('<step s="1" type="s" srcbuf="i" srcoff="0"', f'<step s="1" type="s" srcbuf="i" srcoff="{raw}"', 1)
     p, findings = parse(text)
     f = only(findings, "format-number")
-    assert why in f.message and f"reads {value}" in f.message
+    assert why in f.message and f"reads {value}" in f.message and f.severity == severity
     assert (f.gpu, f.tb, f.step, f.line) == (0, 0, 1, 5)
     assert p.gpus[0].tbs[0].steps[1].srcoff == value                         # what the runtime would use
 
@@ -205,9 +207,12 @@ def test_values_longer_than_the_loader_buffer():
     assert not findings_of(BASE.replace('name="swap"', f'name="{"n" * 255}"'))
 
 
-def test_comments_are_a_warning():
-    f = only(findings_of(BASE.replace("  <gpu id=\"1\"", "  <!-- rank 1 -->\n  <gpu id=\"1\"")), "format-comment")
-    assert f.severity == "warning" and f.line == 9
+def test_comments_are_skipped_as_the_loader_skips_them_unless_their_first_word_is_too_long():
+    assert not findings_of(BASE.replace("  <gpu id=\"1\"", "  <!-- rank 1 -->\n  <gpu id=\"1\""))
+    assert not findings_of(BASE.replace("  <gpu id=\"1\"", "  <!--rank-1-->\n  <gpu id=\"1\""))
+    long = "  <!--" + "x" * 260 + " -->\n  <gpu id=\"1\""
+    f = only(findings_of(BASE.replace("  <gpu id=\"1\"", long)), "format-comment")
+    assert f.severity == "error" and f.line == 9 and "name too long" in f.message
 
 
 def test_stray_text_and_unknown_elements_and_attributes():

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import oracle
 from colls.errors import CollsError
 from colls.msccl import emit
-from colls.collectives import Collective
-from colls.program import STEP_SEMANTICS, STEP_TYPES, Gpu, Program, Step, Threadblock
+from colls.program import STEP_TYPES, Gpu, Program, Step, Threadblock
 from colls.verify import FIFO_MESSAGES, NCCL_STEPS, RULES, fifo_messages, verify, verify_text
 
 DATA = Path(__file__).parent / "data"
@@ -130,8 +130,8 @@ def m_tb_attr(p):
     tb(p, 0, 2).chan = None
 
 
-def m_chunks(p):
-    p.gpus[1].o_chunks = 5
+def m_declared_short(p):
+    p.gpus[1].o_chunks = 3                     # gpu 1 still sends and receives output chunk 3
 
 
 def m_tb_id(p):
@@ -159,8 +159,8 @@ def m_step_attr(p):
     at(p, 0, 2, 0).hasdep = None
 
 
-def m_step_index(p):
-    at(p, 0, 0, 1).s = 7
+def m_step_index_64(p):
+    at(p, 0, 0, 1).s = 64                      # the loader checks each s against the step limit
 
 
 def m_step_type(p):
@@ -210,18 +210,23 @@ def m_hasdep_value(p):
 
 
 def m_hasdep_missing(p):
-    at(p, 0, 1, 0).hasdep = 0
+    at(p, 0, 1, 1).hasdep = 0                  # tb 0 step 3 waits on it; no later step publishes: a hang
 
 
 def m_nop_no_dep(p):
-    at(p, 0, 0, 2).depid = at(p, 0, 0, 2).deps = -1
-
-
-def m_nop_trailing(p):
-    steps = tb(p, 0, 0).steps
-    steps.append(steps.pop(2))
+    """A dependency-free nop at the head of gpu 0's receiving block, the waits written by position:
+    the kernel numbers the receives one lower, so tb 0 waits for one receive more than meant."""
+    steps = tb(p, 0, 1).steps
+    steps.insert(0, step(0, "nop", cnt=0))
     for i, s in enumerate(steps):
         s.s = i
+    at(p, 0, 0, 1).deps, at(p, 0, 0, 3).deps = 1, 2
+
+
+def m_nop_unanchored(p):
+    nop, last = at(p, 0, 0, 2), at(p, 0, 0, 3)
+    nop.depid, nop.deps = last.depid, last.deps
+    last.depid = last.deps = -1
 
 
 def m_limit_tbs_old(p):
@@ -273,14 +278,14 @@ MUTATIONS = [
     ("gpu-id", m_gpu_id, (7, None, None), {}),
     ("gpu-attr-missing", m_gpu_attr, (0, None, None), {}),
     ("tb-attr-missing", m_tb_attr, (0, 2, None), {}),
-    ("chunks-mismatch", m_chunks, (1, None, None), {}),
+    ("step-offset", m_declared_short, (1, 0, 3), {}),
     ("tb-id", m_tb_id, (0, None, None), {}),
     ("tb-peer", m_tb_peer, (0, 2, None), {}),
     ("tb-chan", m_tb_chan, (0, 2, None), {}),
     ("limit-steps", m_limit_steps, (0, 2, None), {}),
     ("conn-duplicate", m_conn_duplicate, (0, 3, None), {}),
     ("step-attr-missing", m_step_attr, (0, 2, 0), {}),
-    ("step-index", m_step_index, (0, 0, 1), {}),
+    ("limit-steps", m_step_index_64, (0, 0, 1), {}),
     ("step-type", m_step_type, (0, 2, 0), {}),
     ("step-buffer", m_step_buffer, (0, 0, 2), {}),
     ("step-offset", m_step_offset, (0, 2, 0), {}),
@@ -292,9 +297,9 @@ MUTATIONS = [
     ("dep-target", m_dep_self, (0, 0, 1), {}),
     ("dep-tb-overflow", m_dep_overflow, (0, 0, 2), {}),
     ("hasdep-value", m_hasdep_value, (0, 1, 2), {}),
-    ("hasdep-missing", m_hasdep_missing, (0, 1, 0), {}),
-    ("nop-no-dep", m_nop_no_dep, (0, 0, 2), {}),
-    ("nop-unanchored", m_nop_trailing, (0, 0, 3), {}),
+    ("deadlock", m_hasdep_missing, (0, 0, 3), {}),
+    ("deadlock", m_nop_no_dep, (0, 0, 3), {}),
+    ("nop-unanchored", m_nop_unanchored, (0, 0, 3), {}),
     ("limit-tbs", m_limit_tbs_old, (0, None, None), {"target": "old"}),
     ("limit-sms", lambda p: None, (0, None, None), {"sms": 2}),
     ("limit-channels", m_limit_channels, (None, None, None), {}),
@@ -308,6 +313,10 @@ MUTATIONS = [
 ]
 
 
+# mutations whose error is a consequence: the warning that names the cause comes with it
+WARNS_TOO = {m_hasdep_missing: "hasdep-missing", m_nop_no_dep: "nop-no-dep"}
+
+
 @pytest.mark.parametrize("rule, mutate, where, kwargs", MUTATIONS,
                          ids=[f"{m[0]}:{m[1].__name__}" for m in MUTATIONS])
 def test_each_mutation_breaks_exactly_its_rule(rule, mutate, where, kwargs):
@@ -319,6 +328,8 @@ def test_each_mutation_breaks_exactly_its_rule(rule, mutate, where, kwargs):
     assert not report.ok
     assert report.rules() == {rule}, report.format()
     assert_located(report, rule, *where)
+    if mutate in WARNS_TOO:
+        assert WARNS_TOO[mutate] in report.rules(None), report.format()
     assert report.findings[0].severity == "error"          # errors come first
     assert report.format().splitlines()[-1].endswith(
         f"{len(report.errors)} error{'s' if len(report.errors) != 1 else ''}, "
@@ -338,7 +349,7 @@ def test_missing_attribute_message_is_the_runtimes():
     p.min_bytes = None
     f = verify(p, "exe").errors[0]
     assert "Attribute minBytes of node algo not found" in f.message
-    assert "will not load" in f.message
+    assert "will not load" in str(f) and f.effect == "will not load"
     assert verify(p, "old").ok               # OLD does not read minBytes
 
 
@@ -366,7 +377,7 @@ def test_limit_tbs_per_channel():
     assert_located(report, "limit-tbs-per-channel", 0)
     assert "correctness-unchecked" in report.rules(None)
     p.gpus[0].tbs.pop()
-    assert verify(p, "exe").ok
+    assert verify(p, "exe").errors == []
 
 
 def test_limit_elements_per_rank():
@@ -378,7 +389,7 @@ def test_limit_elements_per_rank():
     assert_located(report, "limit-elements", 0)
     # 1 algo + 2 gpu + 64 tbs + 64 x 63 steps = 4099 >= 4096; 61 thread blocks: 3907 fits
     del p.gpus[0].tbs[61:]
-    assert verify(p, "exe").ok
+    assert verify(p, "exe").errors == []
     assert verify(p, "old").rules() == set()
 
 
@@ -386,7 +397,7 @@ def test_limit_children_per_element():
     p = synthetic(1025)
     report = verify(p, "exe")
     assert report.rules() == {"limit-children"}, report.format()
-    assert verify(synthetic(1024), "exe").ok
+    assert verify(synthetic(1024), "exe").errors == []
 
 
 def test_nop_followed_by_a_step_without_dependency_is_rejected():
@@ -470,7 +481,8 @@ def _two_connections(proto: str) -> Program:
 def test_deadlock_only_when_each_chunk_is_its_own_message():
     report = verify(_two_connections("Simple"), "exe")
     dead = [f for f in report.errors if f.rule == "deadlock"]
-    assert dead and all("maxAllowedCount" in f.message for f in dead), report.format()
+    assert dead and "maxAllowedCount" in dead[0].message, report.format()
+    assert all(f.calls and "bytes or more" in f.calls for f in dead)
     # LL keeps 8 messages in flight: the 3 chunks fit
     assert "deadlock" not in verify(_two_connections("LL"), "exe").rules()
 
@@ -557,9 +569,10 @@ def test_uncovered_collective_gets_a_warning():
     p = ring_allgather()
     p.coll = "gather"
     report = verify(p, "exe")
-    assert report.ok
+    assert report.errors == [] and not report.ok and report.verdict == "unproven"
     assert "correctness-unchecked" in report.rules(None)
     assert report.facts["semantics_checked"] is False
+    assert "NOT PROVEN for exe" in report.format() and "gather" in report.format()
 
 
 def test_structural_errors_skip_semantics_and_say_so():
@@ -687,6 +700,10 @@ def test_every_rule_is_exercised():
     exercised = {m[0] for m in MUTATIONS} | {
         "limit-tbs-per-channel", "limit-elements", "limit-children", "re-fusion", "step-overlap", "race",
         "double-count", "postcondition", "semantics-skipped", "correctness-unchecked",
+        "hasdep-missing", "nop-no-dep",                  # with the mutations that now hang
+    } | {  # tests/test_verify_files.py
+        "root-fixed", "chunks-mismatch", "format-doctype", "chunks-per-loop", "step-index", "step-bounds",
+        "nop-trailing",
     }
     parser_rules = {"xml-declaration", "format-tab", "format-multiline-tag", "format-single-quote",
                     "format-number", "format-too-many-attrs", "format-long-value", "format-text",
@@ -710,61 +727,7 @@ def test_root_of_a_broadcast_is_inferred():
     assert "root-assumed" in report.rules(None)
 
 
-# --- an independent oracle: a verified program is right in every execution order ------------------------
-
-def random_execution(p: Program, inplace: bool, rng: random.Random):
-    """Run whole steps in a random order (dependencies, FIFO room and messages respected) on concrete
-    symbolic values; return the collective and each gpu's final output chunks, or None if it got stuck."""
-    n = p.ngpus
-    c = p.nchunksperloop // n if p.coll in ("allgather", "reducescatter", "alltoall") else p.nchunksperloop
-    coll = Collective(p.coll, n, c)
-    mem = {g.id: coll.initial_state(g.id, inplace, g.s_chunks) for g in p.gpus}
-    blocks = {(g.id, b.id): b for g in p.gpus for b in g.tbs}
-    pc = dict.fromkeys(blocks, 0)
-    published = dict.fromkeys(blocks, -1)
-    fifo: dict = {}
-    empty = frozenset()
-
-    def ready(key):
-        b = blocks[key]
-        if pc[key] == len(b.steps):
-            return False
-        s = b.steps[pc[key]]
-        sends, receives = STEP_SEMANTICS[s.type][:2]
-        return not ((s.depid >= 0 and published[(key[0], s.depid)] < s.deps)
-                    or (receives and not fifo.get((b.recv, key[0], b.chan)))
-                    or (sends and len(fifo.get((key[0], b.send, b.chan), ())) >= fifo_messages(p.proto)))
-
-    while True:
-        candidates = [key for key in blocks if ready(key)]
-        if not candidates:
-            break
-        key = rng.choice(candidates)
-        g, b = key[0], blocks[key]
-        s = b.steps[pc[key]]
-        sends, receives, reads, writes, reduces = STEP_SEMANTICS[s.type]
-        where = [coll.alias(g, s.dstbuf, s.dstoff + k, inplace) for k in range(s.cnt)] if writes else []
-        got = fifo[(b.recv, g, b.chan)].pop(0) if receives else None
-        local = [mem[g].get(coll.alias(g, s.srcbuf, s.srcoff + k, inplace)) or empty for k in range(s.cnt)] \
-            if reads else None
-        if s.type == "re":
-            values = [(mem[g].get(w) or empty) | v for w, v in zip(where, local)]
-        elif reduces:
-            values = [v | d for v, d in zip(local, got)]
-        else:
-            values = got if receives else local
-        if sends:
-            fifo.setdefault((g, b.send, b.chan), []).append(values)
-        for w, v in zip(where, values or ()):
-            mem[g][w] = v
-        if s.hasdep == 1 and s.type != "nop":
-            published[key] = pc[key]
-        pc[key] += 1
-    if any(pc[key] < len(b.steps) for key, b in blocks.items()):
-        return None
-    return coll, {g.id: [mem[g.id].get(coll.alias(g.id, "o", j, inplace)) for j in range(coll.out_chunks)]
-                  for g in p.gpus}
-
+# --- an independent oracle (tests/oracle.py): a verified program is right in every execution order ---------
 
 BASES = {"ring": ring_allgather, "multi": lambda: multi_ring(3, 1), "allreduce": lambda: allreduce2(False),
          "in-place-breaker": lambda: in_place_breaker(0, 1)}
@@ -790,7 +753,7 @@ def test_a_verified_program_is_right_in_every_execution_order(data):
         return
     for inplace in [m for m, claimed in ((True, p.inplace), (False, p.outofplace)) if claimed]:
         for seed in range(8):
-            result = random_execution(p, inplace, random.Random(seed))
+            result = oracle.run(p, inplace, random.Random(seed))
             assert result is not None, report.format()
             coll, outputs = result
             for rank, values in outputs.items():

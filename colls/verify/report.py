@@ -1,0 +1,88 @@
+"""The report: every finding, the facts, and one verdict a user can act on.
+
+The verdict is ``valid`` (no error, and the result was proven for every call type the file claims),
+``invalid`` (an error: the summary names the worst thing the runtime will do, and for which calls) or
+``unproven`` (no error was found, but what the file computes could not be checked: a collective outside
+the model, a shape it cannot follow). Only ``valid`` is ok.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from colls.msccl import Finding
+from colls.verify.context import ERROR
+from colls.verify.rules import EFFECTS, LOAD
+
+
+@dataclass
+class Report:
+    """What :func:`colls.verify.verify` found. ``ok`` is True only for a proven file."""
+
+    source: str
+    target: str
+    findings: list[Finding]
+    facts: dict = field(default_factory=dict)
+    unproven: list[str] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == ERROR]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity != ERROR]
+
+    @property
+    def verdict(self) -> str:
+        if self.errors:
+            return "invalid"
+        return "unproven" if self.unproven else "valid"
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "valid"
+
+    def rules(self, severity: str | None = ERROR) -> set[str]:
+        """The rule ids found (errors only by default; ``None`` for all)."""
+        return {f.rule for f in self.findings if severity is None or f.severity == severity}
+
+    def consequence(self) -> str | None:
+        """What the runtime will do with the file, in words ("will not load", "loads, but hangs for ...")."""
+        errors = self.errors
+        if not errors:
+            return None
+        effects = {f.effect for f in errors}
+        if LOAD in effects:
+            return LOAD
+        parts = []
+        for effect in EFFECTS:
+            if effect not in effects:
+                continue
+            calls = sorted({f.calls for f in errors if f.effect == effect and f.calls})
+            everywhere = any(f.effect == effect and not f.calls for f in errors)
+            parts.append(effect if everywhere or not calls else f"{effect} for {' and '.join(calls)}")
+        return "loads, but " + "; ".join(parts)
+
+    def summary(self) -> str:
+        nerr, nwarn = len(self.errors), len(self.warnings)
+        counts = f"{nerr} error{'s' if nerr != 1 else ''}, {nwarn} warning{'s' if nwarn != 1 else ''}"
+        if self.verdict == "invalid":
+            return f"{self.source}: INVALID for {self.target}: {self.consequence()}: {counts}"
+        if self.verdict == "unproven":
+            return (f"{self.source}: NOT PROVEN for {self.target}: loads and cannot deadlock, but what it computes "
+                    f"was not checked ({'; '.join(self.unproven)}): {counts}")
+        modes = ", ".join(self.facts.get("checked", []))
+        extra = f" ({nwarn} warning{'s' if nwarn != 1 else ''})" if nwarn else ""
+        return (f"{self.source}: VALID for {self.target}: loads, cannot deadlock, computes {self.facts.get('coll')} "
+                f"correctly ({modes}){extra}")
+
+    def to_dict(self) -> dict:
+        """Plain data for JSON output: source, target, verdict, findings (errors first), facts."""
+        return {"source": self.source, "target": self.target, "ok": self.ok, "verdict": self.verdict,
+                "consequence": self.consequence(), "unproven": list(self.unproven), "summary": self.summary(),
+                "errors": len(self.errors), "warnings": len(self.warnings),
+                "findings": [f.to_dict() for f in self.findings], "facts": dict(self.facts)}
+
+    def format(self) -> str:
+        return "\n".join([str(f) for f in self.findings] + [self.summary()])
