@@ -83,6 +83,9 @@ def test_a_hang_only_large_calls_meet_is_an_error_only_where_the_size_range_reac
         assert report.rules() == {"deadlock"}, report.format()
         assert all(f.calls and "8388609" in f.calls for f in report.errors)
         assert "loads, but hangs for calls of 8388609" in report.format().splitlines()[-1]
+    # a site with a 16 MiB NCCL_BUFFSIZE moves the threshold 4 times higher
+    report = verify_text(text.replace('maxBytes="8388608"', 'maxBytes="0"'), "sdh.xml", "exe", buffsize=1 << 24)
+    assert all("33554433" in f.calls for f in report.errors) and "NCCL_BUFFSIZE=16777216" in report.format()
     # LL keeps 8 messages in flight: no size hangs
     assert check("sdh.xml", text=text.replace('maxBytes="8388608"', 'maxBytes="0"')
                  .replace('proto="Simple"', 'proto="LL"')).ok

@@ -51,7 +51,7 @@ _SIM_BLOCKERS = frozenset({
 _SEM_BLOCKERS = _SIM_BLOCKERS | {"step-buffer", "step-offset", "step-bounds"}
 
 
-def verify(program: Program, target: Target | str, *, sms: int | None = None,
+def verify(program: Program, target: Target | str, *, sms: int | None = None, buffsize: int | None = None,
            findings: list[Finding] | tuple = (), source: str = "<program>") -> Report:
     """Check ``program`` against every rule and limit of ``target`` and prove (or refute) it correct.
 
@@ -60,6 +60,8 @@ def verify(program: Program, target: Target | str, *, sms: int | None = None,
     program: the Program (from :func:`colls.msccl.parse` or built in code; ``None`` fields are reported).
     target: a :class:`~colls.targets.Target` or its name (``"exe"``, ``"rccl"``, ``"old"``).
     sms: the GPU's SM count; when given, more thread blocks per gpu than SMs is an error.
+    buffsize: the connection buffer in bytes of the file's protocol, where a site sets it (NCCL_BUFFSIZE for
+        Simple, NCCL_LL_BUFFSIZE, NCCL_LL128_BUFFSIZE); it moves the call sizes at which a hang starts.
     findings: findings already made (the parser's format findings); they lead the report.
 
     Returns
@@ -68,7 +70,7 @@ def verify(program: Program, target: Target | str, *, sms: int | None = None,
     """
     if isinstance(target, str):
         target = get_target(target)
-    cx = Context(program, target, sms)
+    cx = Context(program, target, sms, buffsize)
     with paused_gc():
         _run(cx)
     everything = [_with_effect(f) for f in findings] + cx.findings
@@ -76,10 +78,11 @@ def verify(program: Program, target: Target | str, *, sms: int | None = None,
     return Report(source, target.name, everything, cx.facts, cx.unproven)
 
 
-def verify_text(text: str, source: str, target: Target | str, *, sms: int | None = None) -> Report:
+def verify_text(text: str, source: str, target: Target | str, *, sms: int | None = None,
+                buffsize: int | None = None) -> Report:
     """Parse MSCCL XML text (any generator's) and verify it. Raises CollsError when it is not MSCCL XML."""
     program, found = parse(text, source)
-    return verify(program, target, sms=sms, findings=found, source=source)
+    return verify(program, target, sms=sms, buffsize=buffsize, findings=found, source=source)
 
 
 def _with_effect(f: Finding) -> Finding:

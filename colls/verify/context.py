@@ -22,10 +22,11 @@ BUFFER_NAMES = {"i": "input", "o": "output", "s": "scratch"}
 
 
 class Context:
-    def __init__(self, program: Program, target: Target, sms: int | None):
+    def __init__(self, program: Program, target: Target, sms: int | None, buffsize: int | None = None):
         self.p = program
         self.t = target
         self.sms = sms
+        self.buffsize = buffsize              # the protocol's connection buffer, where not NCCL's default
         self.findings: list[Finding] = []
         self.facts: dict = {}
         # filled by the algo pass

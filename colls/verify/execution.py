@@ -55,10 +55,14 @@ def fifo_messages(proto: str | None) -> int:
     return NCCL_STEPS if proto in ("LL", "LL128") else FIFO_MESSAGES
 
 
-def chunk_effective_bytes(proto: str | None, kind: str | None) -> int:
-    """Data bytes one message of one chunk carries at most (``chunkEffectiveSize`` in mscclSetupCount)."""
+def chunk_effective_bytes(proto: str | None, kind: str | None, buffsize: int | None = None) -> int:
+    """Data bytes one message of one chunk carries at most (``chunkEffectiveSize`` in mscclSetupCount).
+
+    ``buffsize``: the connection buffer of the file's protocol, where a site sets it (``NCCL_BUFFSIZE``,
+    ``NCCL_LL_BUFFSIZE``, ``NCCL_LL128_BUFFSIZE``); NCCL's default otherwise.
+    """
     proto = proto if proto in DEFAULT_BUFFSIZE else "Simple"
-    step = DEFAULT_BUFFSIZE[proto] // NCCL_STEPS
+    step = (buffsize or DEFAULT_BUFFSIZE[proto]) // NCCL_STEPS
     if proto == "LL":
         return step // 2
     if proto == "LL128":
@@ -83,7 +87,7 @@ def check(cx: Context) -> bool:
     cnts = sorted({m.n_cnt[n] for n in range(len(m.n_ti)) if m.n_send[n] or m.n_recv[n]}) or [1]
     top = cnts[-1]
     ncpl = max(cx.p.nchunksperloop or 1, 1)
-    eff = chunk_effective_bytes(cx.p.proto, cx.kind)
+    eff = chunk_effective_bytes(cx.p.proto, cx.kind, cx.buffsize)
     lo_file = max(cx.p.min_bytes or 0, 0)
     hi_file = cx.p.max_bytes if cx.p.max_bytes else None
     if hi_file is not None and cx.t.name == "old":
@@ -167,9 +171,11 @@ def _describe(ranges, ncpl, eff, cx) -> str:
     if text == "every call":
         return ""
     proto = cx.p.proto if cx.p.proto in DEFAULT_BUFFSIZE else "Simple"
+    variable = {"Simple": "NCCL_BUFFSIZE", "LL": "NCCL_LL_BUFFSIZE", "LL128": "NCCL_LL128_BUFFSIZE"}[proto]
+    size = cx.buffsize or DEFAULT_BUFFSIZE[proto]
+    default = "" if cx.buffsize else ", the default"
     return (f" for {text} (the runtime then cuts steps into messages of fewer chunks: maxAllowedCount in "
-            f"mscclSetupCount, with {proto}'s default buffer"
-            + (", NCCL_BUFFSIZE=4194304" if proto == "Simple" else "") + ")")
+            f"mscclSetupCount; assuming {variable}={size}{default})")
 
 
 class _Machine:
