@@ -49,7 +49,9 @@ hops of the usual route (a GPU->switch->GPU transfer has two hops; GPU->NIC->lea
 route latencies reproduce the published figures; each file says which values it chose and why.
 
 Every user mistake raises :class:`CollsError` naming the file (``source``) and the dotted key (``key``,
-list items as ``nics[2].class``).
+list items as ``nics[2].class``). Values outside the accepted ranges (bandwidth 1e-6 to 1e6 GB/s, latency
+0 to 1e6 us, whole numbers up to 1e6, at most 64 levels of nesting; see the constants below) are
+mistakes too. A user's file is read with :func:`colls.files.read_text` (a regular file of at most 16 MB).
 """
 
 from __future__ import annotations
@@ -70,14 +72,16 @@ from colls.topology import GPU, NIC, SWITCH, Topology, as_fraction
 PROFILES_PACKAGE = "colls.profiles"  # the repository's hardware/ folder, installed under this name
 LAYOUTS = ("rails", "single")
 # Accepted ranges. A link's bandwidth is finite, at least 1 kB/s and at most 1 PB/s per direction; its
-# latency finite, 0 to 1 s per hop; every whole number (GPU count, SMs, link multiplicities, ...) at most
-# MAX_INT; a cluster at most MAX_GPUS GPUs in all. Anything outside is a mistake in the file.
+# latency finite, 0 to 1 s per hop; every whole number (GPU count, SMs, link multiplicities, ...) at
+# most MAX_INT; names at most MAX_NAME characters, other text MAX_TEXT; a cluster at most MAX_GPUS GPUs
+# in all. Anything outside is a mistake in the file.
 MIN_BANDWIDTH, MAX_BANDWIDTH = Fraction(1, 10**6), Fraction(10**6)  # GB/s
 MAX_LATENCY = Fraction(10**6)  # us
 MAX_INT = 10**6
 MAX_NODES = 10**5  # --nodes (= colls.cli.MAX_NODES); more nodes than any cluster built so far has GPUs
 MAX_GPUS = 10**6
 MAX_DEPTH = 64  # nesting levels of YAML collections
+MAX_NAME, MAX_TEXT = 100, 1000  # characters of a name (profile, class, switch) and of any other text
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_+-]*\Z")
 
 
@@ -337,15 +341,17 @@ class _Checker:
             self.fail(key, "must not be empty")
         return value
 
-    def text(self, value, key: str) -> str:
+    def text(self, value, key: str, limit: int = MAX_TEXT) -> str:
         if not isinstance(value, str):
             self.fail(key, f"expected text, got {_what(value)}")
+        if len(value) > limit:
+            self.fail(key, f"must be at most {limit} characters, got {len(value)}")
         return value
 
     def name(self, value, key: str) -> str:
         if not isinstance(value, str) or not _NAME.match(value):
             self.fail(key, f"expected a name of letters, digits, '_', '+' or '-', got {_what(value)}")
-        return value
+        return self.text(value, key, MAX_NAME)
 
     def integer(self, value, key: str, minimum: int, maximum: int = MAX_INT) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
