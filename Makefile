@@ -1,12 +1,13 @@
 # Two commands do everything: `make demo` (install, then synthesize and verify a default schedule)
-# and `make test`. CI (.ci/run) calls `make test`.
+# and `make test` (the test suite, then .ci/wheel-check: a wheel installed outside the checkout must
+# work). CI (.ci/run) calls `make test`.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 COLLS := $(VENV)/bin/colls
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test wheel-check bench clean
 
 install: $(STAMP)
 
@@ -23,6 +24,10 @@ demo: install
 
 test: install
 	$(PY) -m pytest
+	PYTHON=$(PY) .ci/wheel-check
+
+wheel-check: install
+	PYTHON=$(PY) .ci/wheel-check
 
 bench: install
 	$(PY) bench/run.py

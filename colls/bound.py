@@ -5,7 +5,7 @@ Every function here is a free function of a :class:`~colls.topology.Topology` an
 the bound is exact), the nccl-tests bus bandwidth, the *binding cut* (the set of links that limits every
 schedule, as two vertex sets and in words), and a latency lower bound for small messages.
 
-The model (``/work/shared/reference/theory.md``; ForestColl, arXiv 2402.06787):
+The model (ForestColl, arXiv 2402.06787; bus bandwidth as nccl-tests' doc/PERFORMANCE.md defines it):
 
 - The machine is the directed graph of the topology. A link ``u -> v`` moves at most ``bw(u, v)`` GB/s.
 - Data may be forwarded by any vertex: switches and NICs, and also GPUs (a GPU may relay a chunk it has
@@ -30,7 +30,7 @@ L. Zhao, S. Maleki, et al., "ForestColl: Throughput-Optimal Collective Communica
 Network Fabrics", arXiv:2402.06787 (the allgather/reduce-scatter optimum as a min-ratio cut, its
 achievability by spanning-tree packing after switch splitting, and the max-flow feasibility test).
 W. Dinkelbach, "On nonlinear fractional programming", Management Science 13(7), 1967 (the Newton
-iteration on the ratio). ``/work/shared/reference/theory.md`` (the formulas and the worked example).
+iteration on the ratio). NVIDIA/nccl-tests, doc/PERFORMANCE.md (algbw and busbw).
 """
 
 from __future__ import annotations
@@ -399,8 +399,7 @@ def allgather_bound(topo: Topology) -> Bound:
 
     References
     ----------
-    ForestColl (arXiv 2402.06787), the allgather optimality bound and its max-flow test;
-    ``/work/shared/reference/theory.md`` "The throughput optimum for allgather and reduce-scatter".
+    ForestColl (arXiv 2402.06787), the allgather optimality bound and its max-flow test.
     """
     _check_topology(topo, "allgather")
     return _gather_bound(topo, "allgather", latency_bound_us(topo, "allgather"))
@@ -430,7 +429,7 @@ def reducescatter_bound(topo: Topology) -> Bound:
 
     References
     ----------
-    ForestColl (arXiv 2402.06787), reduce-scatter by aggregation trees; ``theory.md``.
+    ForestColl (arXiv 2402.06787), reduce-scatter by aggregation trees.
     """
     _check_topology(topo, "reducescatter")
     return _gather_bound(topo, "reducescatter", latency_bound_us(topo, "reducescatter"))
@@ -461,7 +460,7 @@ def allreduce_bound(topo: Topology) -> Bound:
 
     References
     ----------
-    ForestColl (arXiv 2402.06787); ``theory.md`` "Allreduce".
+    ForestColl (arXiv 2402.06787), allreduce as reduce-scatter then allgather.
     """
     _check_topology(topo, "allreduce")
     lat = latency_bound_us(topo, "allreduce")
@@ -549,7 +548,7 @@ def broadcast_bound(topo: Topology, root: int = 0) -> Bound:
     References
     ----------
     ForestColl (arXiv 2402.06787), broadcast trees and switch splitting; J. Edmonds, "Edge-disjoint
-    branchings", 1973; ``theory.md``.
+    branchings", 1973.
     """
     return _rooted_bound(topo, "broadcast", root)
 
@@ -577,7 +576,7 @@ def reduce_bound(topo: Topology, root: int = 0) -> Bound:
 
     References
     ----------
-    ForestColl (arXiv 2402.06787); ``theory.md``.
+    ForestColl (arXiv 2402.06787).
     """
     return _rooted_bound(topo, "reduce", root)
 
@@ -588,8 +587,8 @@ def reduce_bound(topo: Topology, root: int = 0) -> Bound:
 def alltoall_bound(topo: Topology) -> Bound:
     """An upper bound on alltoall algorithmic bandwidth from a family of cuts (not the exact optimum).
 
-    Each rank sends ``size / N`` bytes to every rank (``size`` = one rank's buffer, nccl-tests; theory.md
-    writes M / N^2 with M the sum of all ranks' buffers, the same amount). Across
+    Each rank sends ``size / N`` bytes to every rank (``size`` = one rank's buffer, nccl-tests; written
+    M / N^2 with M the sum of all ranks' buffers, it is the same amount). Across
     a cut S with ``a = |S ∩ GPUs|`` and ``b = N - a`` GPUs on either side, ``a b size / N`` bytes must
     cross the links leaving S, so ``algbw <= N B+(S) / (a b)`` for *every* S; the minimum over the
     cuts tried below is a valid upper bound. The exact optimum is a minimum-congestion multicommodity
@@ -616,7 +615,7 @@ def alltoall_bound(topo: Topology) -> Bound:
 
     References
     ----------
-    ``theory.md`` "Alltoall" (the cut bound of the multicommodity flow).
+    The cut bound of the multicommodity flow (any cut carries at least the data that must cross it).
     """
     _check_topology(topo, "alltoall")
     net = _FlowNet(topo)
@@ -702,7 +701,7 @@ def latency_bound_us(topo: Topology, collective_kind: str, root: int = 0) -> flo
 
     References
     ----------
-    ``theory.md`` "Latency (small messages)"; Dijkstra via networkx.
+    The alpha term of the alpha-beta cost model (TACCL, arXiv:2111.04867); Dijkstra via networkx.
     """
     if collective_kind not in KINDS:
         raise CollsError(f"unknown collective {collective_kind!r} (choose from {', '.join(KINDS)})",

@@ -1,39 +1,93 @@
 """The command line: parse arguments, call one pipeline function, print. Nothing else lives here.
 
-Exit codes: 0 success; 1 ``colls verify`` found the file invalid; 2 bad input of any kind (the message is
-one line on stderr, and nothing is written).
+Exit codes: 0 success; 1 ``colls verify`` found the file invalid, or an internal error (a bug: one line,
+the traceback with ``colls --debug``); 2 bad input of any kind (the message is one line on stderr naming
+the file or option, and nothing is written).
+
+Every numeric option has a range checked before any work (:class:`Whole`); values the runtime reads as
+64-bit integers (``--min-bytes``, ``--max-bytes``, ``--size``) must fit in a signed 64-bit integer.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
+import traceback
 
 import click
 
 from colls import __version__
 from colls.collectives import KINDS, Collective
-from colls.errors import CollsError
+from colls.errors import CollsError, excerpt, printable
 from colls.program import PROTOCOLS
 from colls.targets import TARGETS
 
 EXIT_INVALID = 1
+EXIT_INTERNAL = 1
 EXIT_BAD_INPUT = 2
+INT64_MAX = 2**63 - 1
+MAX_NODES = 100_000  # = colls.hardware.MAX_NODES (not imported: this module stays quick to load)
+MAX_COPIES = 1024  # --instances, --rings, --trees-per-gpu, --chunks: far beyond any runtime's channels
+MAX_SMS = 10**6
+_state = {"debug": False}
+
+
+class Whole(click.ParamType):
+    """A whole number in ``[minimum, maximum]``; the message names the option and quotes a short excerpt."""
+
+    name = "integer"
+
+    def __init__(self, minimum: int, maximum: int):
+        self.minimum, self.maximum = minimum, maximum
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            n = value
+        else:
+            text = str(value).strip().replace("_", "")
+            if not re.fullmatch(r"[+-]?[0-9]+", text):
+                self.fail(f"expected a whole number, got {excerpt(str(value))}", param, ctx)
+            if len(text.lstrip("+-0")) > 30:
+                self.fail(f"must be between {self.minimum} and {self.maximum}, got {excerpt(str(value))}",
+                          param, ctx)
+            n = int(text)
+        if n < self.minimum:
+            self.fail(f"must be >= {self.minimum}, got {n}", param, ctx)
+        if n > self.maximum:
+            self.fail(f"must be at most {self.maximum}, got {n}", param, ctx)
+        return n
+
+
+class Choice(click.Choice):
+    """click's Choice, quoting at most a short excerpt of a wrong value."""
+
+    def convert(self, value, param, ctx):
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            self.fail(f"expected one of {', '.join(self.choices)}, got {excerpt(str(value))}", param, ctx)
 
 
 def _hardware_options(f):
-    f = click.option("--nodes", type=int, default=1, show_default=True,
-                     help="Number of nodes joined through their NICs.")(f)
+    f = click.option("--nodes", type=Whole(1, MAX_NODES), default=1, show_default=True,
+                     help=f"Number of nodes joined through their NICs (at most {MAX_NODES}).")(f)
     f = click.option("--hardware", "hardware", required=True, metavar="NAME|PATH",
                      help="A shipped profile (see `colls hardware list`) or a YAML file.")(f)
     return f
 
 
-def _load(hardware: str, nodes: int):
+def _load(hardware: str, nodes: int, option: str = "--hardware"):
+    """The topology; an error that names no file (an unknown name, an empty one) names ``option``."""
     from colls import hardware as hw
     if nodes < 1:
         raise CollsError(f"must be >= 1, got {nodes}", key="--nodes")
-    return hw.load_topology(hardware, nodes=nodes)
+    try:
+        return hw.load_topology(hardware, nodes=nodes)
+    except CollsError as e:
+        if e.source is None and e.key is None:
+            raise CollsError(str(e), key=option) from None
+        raise
 
 
 def _echo_json(data) -> None:
@@ -42,12 +96,14 @@ def _echo_json(data) -> None:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="colls")
-def cli():
+@click.option("--debug", is_flag=True, help="On an internal error, show the whole traceback.")
+def cli(debug):
     """colls: synthesize collective schedules for a machine and write MSCCL XML the runtimes load.
 
     Every file it writes is verified first: the runtime's format and limits, FIFO matching, freedom
     from deadlocks and races, and, by symbolic execution, that it computes the collective.
     """
+    _state["debug"] = debug
 
 
 @cli.group()
@@ -71,12 +127,12 @@ def hardware_list(as_json):
 
 @hardware.command("show")
 @click.argument("name", metavar="NAME|PATH")
-@click.option("--nodes", type=int, default=1, show_default=True, help="Number of nodes.")
+@click.option("--nodes", type=Whole(1, MAX_NODES), default=1, show_default=True, help="Number of nodes.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def hardware_show(name, nodes, as_json):
     """Summarize a profile (at --nodes N): GPUs, switches, NICs, link classes, bandwidths."""
     from colls import hardware as hw
-    topo = _load(name, nodes)
+    topo = _load(name, nodes, option="NAME")
     if as_json:
         _echo_json(hw.summarize(topo))
     else:
@@ -85,37 +141,44 @@ def hardware_show(name, nodes, as_json):
 
 @cli.command()
 @_hardware_options
-@click.option("--collective", required=True, type=click.Choice(KINDS), help="The collective.")
+@click.option("--collective", required=True, type=Choice(KINDS), help="The collective.")
 @click.option("--method", default="ring", show_default=True, metavar="NAME",
               help="Synthesis method: ring, direct, trees.")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-              help="Where to write the XML (written only after it verified).")
-@click.option("--target", type=click.Choice(sorted(TARGETS)), default="exe", show_default=True,
+@click.option("-o", "--output", required=True, metavar="FILE",
+              help="Where to write the XML (written only after it verified): a regular file or a new name.")
+@click.option("--target", type=Choice(sorted(TARGETS)), default="exe", show_default=True,
               help="Runtime: exe (MSCCL executor for NCCL), rccl, old (microsoft/msccl).")
-@click.option("--instances", type=int, default=1, show_default=True,
+@click.option("--instances", type=Whole(1, MAX_COPIES), default=1, show_default=True,
               help="Independent copies of the schedule, each on its own channels.")
-@click.option("--proto", type=click.Choice(PROTOCOLS), default="Simple", show_default=True)
-@click.option("--min-bytes", type=int, default=0, show_default=True,
+@click.option("--proto", type=Choice(PROTOCOLS), default="Simple", show_default=True)
+@click.option("--min-bytes", type=Whole(0, INT64_MAX), default=0, show_default=True,
               help="Smallest call (bytes) this file is used for.")
-@click.option("--max-bytes", type=int, default=0, show_default=True,
+@click.option("--max-bytes", type=Whole(0, INT64_MAX), default=0, show_default=True,
               help="Largest call (bytes) this file is used for; 0 means no limit.")
 @click.option("--inplace-only", is_flag=True, help="Claim in-place calls only.")
 @click.option("--outofplace-only", is_flag=True, help="Claim out-of-place calls only.")
-@click.option("--chunks", type=int, default=1, show_default=True,
+@click.option("--chunks", type=Whole(1, MAX_COPIES), default=1, show_default=True,
               help="Chunk factor: chunks per rank's share (a method may need more).")
-@click.option("--root", type=int, default=0, show_default=True, help="Root rank (broadcast, reduce).")
-@click.option("--rings", type=int, default=None, help="ring: number of rings (default: best found).")
-@click.option("--trees-per-gpu", type=int, default=None,
+@click.option("--root", type=Whole(0, MAX_NODES * MAX_COPIES), default=0, show_default=True,
+              help="Root rank (broadcast, reduce).")
+@click.option("--rings", type=Whole(1, MAX_COPIES), default=None, help="ring: number of rings (default: best found).")
+@click.option("--trees-per-gpu", type=Whole(1, MAX_COPIES), default=None,
               help="trees: spanning trees per GPU (default: the best that fits the target).")
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON instead of one line.")
 def synth(hardware, nodes, collective, method, output, target, instances, proto, min_bytes, max_bytes,
           inplace_only, outofplace_only, chunks, root, rings, trees_per_gpu, as_json):
     """Synthesize a schedule, prove it, and write it as MSCCL XML."""
-    from colls import pipeline
+    from colls import files, pipeline
+    from colls.synth import METHODS
+    if method not in METHODS:
+        raise CollsError(f"expected one of {', '.join(sorted(METHODS))}, got {excerpt(method)}", key="--method")
     if inplace_only and outofplace_only:
-        raise CollsError("choose at most one of --inplace-only and --outofplace-only")
+        raise CollsError("choose at most one of --inplace-only and --outofplace-only",
+                         key="--inplace-only/--outofplace-only")
     mode = "inplace" if inplace_only else "outofplace" if outofplace_only else "both"
+    files.check_output(output, "-o")
     topo = _load(hardware, nodes)
+    _check_root(root, topo)
     coll = Collective(collective, topo.ngpus, chunks=chunks, root=root)
     options = {}
     if rings is not None:
@@ -123,7 +186,8 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
     if trees_per_gpu is not None:
         options["trees_per_gpu"] = trees_per_gpu
     if options and method not in ("ring", "trees"):
-        raise CollsError(f"--rings/--trees-per-gpu do not apply to method {method!r}")
+        raise CollsError(f"does not apply to method {excerpt(method)}",
+                         key="--rings" if rings is not None else "--trees-per-gpu")
     result = pipeline.compile_schedule(topo, coll, method, target=target, instances=instances,
                                        proto=proto, min_bytes=min_bytes, max_bytes=max_bytes,
                                        mode=mode, options=options)
@@ -135,25 +199,21 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
 
 
 @cli.command(name="verify")
-@click.argument("path", type=click.Path(dir_okay=False))
-@click.option("--target", type=click.Choice(sorted(TARGETS)), default="exe", show_default=True)
+@click.argument("path", metavar="FILE")
+@click.option("--target", type=Choice(sorted(TARGETS)), default="exe", show_default=True)
 @click.option("--hardware", default=None, metavar="NAME|PATH",
               help="Check threadblocks per GPU against this machine's SM count.")
-@click.option("--nodes", type=int, default=1, show_default=True)
-@click.option("--sms", type=int, default=None, help="SMs per GPU (instead of --hardware).")
+@click.option("--nodes", type=Whole(1, MAX_NODES), default=1, show_default=True)
+@click.option("--sms", type=Whole(1, MAX_SMS), default=None, help="SMs per GPU (instead of --hardware).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
 def verify_cmd(path, target, hardware, nodes, sms, as_json):
     """Check any MSCCL XML file against the runtime's contract and prove what it computes.
 
     Exit 0 only if the file is valid; 1 if it is not; 2 if it cannot be read at all.
     """
-    from colls import verify
+    from colls import files, verify
     from colls.targets import get_target
-    try:
-        with open(path, encoding="utf-8", errors="strict") as fh:
-            text = fh.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise CollsError(f"cannot read ({getattr(e, 'strerror', None) or e})", source=path) from None
+    text = files.read_text(path, files.MAX_XML_BYTES, option="FILE")
     if hardware is not None:
         topo = _load(hardware, nodes)
         sms = topo.min_sms() if sms is None else sms
@@ -168,9 +228,10 @@ def verify_cmd(path, target, hardware, nodes, sms, as_json):
 
 @cli.command(name="bound")
 @_hardware_options
-@click.option("--collective", required=True, type=click.Choice(KINDS))
-@click.option("--size", type=int, default=None, help="Message size in bytes: also print the time.")
-@click.option("--root", type=int, default=0, show_default=True)
+@click.option("--collective", required=True, type=Choice(KINDS))
+@click.option("--size", type=Whole(1, INT64_MAX), default=None,
+              help="Message size in bytes: also print the time.")
+@click.option("--root", type=Whole(0, MAX_NODES * MAX_COPIES), default=0, show_default=True)
 @click.option("--trees", is_flag=True, help="Also pack spanning trees with no step limit and compare.")
 @click.option("--json", "as_json", is_flag=True)
 def bound_cmd(hardware, nodes, collective, size, root, trees, as_json):
@@ -179,8 +240,7 @@ def bound_cmd(hardware, nodes, collective, size, root, trees, as_json):
     topo = _load(hardware, nodes)
     if size is not None and size <= 0:
         raise CollsError(f"must be > 0, got {size}", key="--size")
-    if not 0 <= root < topo.ngpus:
-        raise CollsError(f"root {root} is not a rank of {topo.ngpus}", key="--root")
+    _check_root(root, topo)
     b = bound.bound(topo, collective, root=root)
     data = b.to_dict(size)
     if trees:
@@ -194,8 +254,25 @@ def bound_cmd(hardware, nodes, collective, size, root, trees, as_json):
             click.echo(data["trees"]["text"])
 
 
+def _check_root(root: int, topo) -> None:
+    if root >= topo.ngpus:
+        raise CollsError(f"{root} is not a rank of {topo.name} (ranks 0..{topo.ngpus - 1})", key="--root")
+
+
+def _click_message(e: click.ClickException) -> str:
+    """Click's message, led by the option it concerns (``--chunks: must be >= 1, got 0``)."""
+    if type(e) is click.BadParameter and e.param is not None:
+        name = "/".join(e.param.opts) if isinstance(e.param, click.Option) else e.param.human_readable_name
+        message = f"{name}: {e.message}"
+    else:
+        message = e.format_message()
+    return printable(" ".join(message.split()), 300)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: turn every user error into one line on stderr and exit code 2."""
+    """Entry point: turn every user error into one line on stderr and exit code 2, and every internal
+    error into one line and exit code 1 (its traceback with ``colls --debug``)."""
+    _state["debug"] = False
     try:
         rc = cli.main(args=argv, prog_name="colls", standalone_mode=False)
     except click.exceptions.Exit as e:
@@ -204,11 +281,17 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("colls: aborted", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except click.ClickException as e:
-        click.echo(f"colls: error: {' '.join(e.format_message().split())}", err=True)
+        click.echo(f"colls: error: {_click_message(e)}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except CollsError as e:
         click.echo(f"colls: error: {e}", err=True)
         sys.exit(EXIT_BAD_INPUT)
+    except Exception as e:  # a bug, not the user's input
+        if _state["debug"]:
+            traceback.print_exc()
+        click.echo(f"colls: internal error: {type(e).__name__}: {printable(' '.join(str(e).split()), 200)}; "
+                   f"please report it with the output of --debug", err=True)
+        sys.exit(EXIT_INTERNAL)
     sys.exit(rc if isinstance(rc, int) else 0)
 
 

@@ -7,21 +7,46 @@ line on stderr and exits with code 2; nothing else is written. Internal bugs sta
 
 from __future__ import annotations
 
+EXCERPT_CHARS = 40
+MAX_MESSAGE_CHARS = 1000
+
+
+def printable(text: str, limit: int) -> str:
+    """``text`` with non-printable characters escaped (``\\n``, ``\\x1b``), cut to ``limit`` characters
+    of the original with ``...`` when longer."""
+    cut = text[:limit]
+    out = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in cut)
+    return out + ("..." if len(text) > limit else "")
+
+
+def excerpt(value, limit: int = EXCERPT_CHARS) -> str:
+    """A short quotation of a value a user gave, for messages: text in single quotes, escaped and cut
+    to ``limit`` characters (``...`` when cut); a huge whole number by its digit count."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"a number of about {int(value.bit_length() * 0.30103) + 1} digits"
+    if isinstance(value, str):
+        return "'" + printable(value, limit) + "'"
+    return printable(str(value), limit)
+
 
 class CollsError(Exception):
-    """A user-facing error whose message is one line that names the file and key where known."""
+    """A user-facing error whose message is one line that names the file and key where known.
+
+    The line is printable (control characters escaped) and at most about MAX_MESSAGE_CHARS long, so
+    no input can reach the terminal in full through an error.
+    """
 
     def __init__(self, message: str, *, source: str | None = None, key: str | None = None):
         self.source = source
         self.key = key
         parts = []
         if source:
-            parts.append(str(source))
+            parts.append(printable(str(source), 200))
         if key:
-            parts.append(str(key))
+            parts.append(printable(str(key), 200))
         prefix = ": ".join(parts)
         text = f"{prefix}: {message}" if prefix else message
-        super().__init__(" ".join(text.split()))
+        super().__init__(printable(" ".join(text.split()), MAX_MESSAGE_CHARS))
 
 
 class LimitError(CollsError):

@@ -49,24 +49,39 @@ hops of the usual route (a GPU->switch->GPU transfer has two hops; GPU->NIC->lea
 route latencies reproduce the published figures; each file says which values it chose and why.
 
 Every user mistake raises :class:`CollsError` naming the file (``source``) and the dotted key (``key``,
-list items as ``nics[2].class``).
+list items as ``nics[2].class``). Values outside the accepted ranges (bandwidth 1e-6 to 1e6 GB/s, latency
+0 to 1e6 us, whole numbers up to 1e6, at most 64 levels of nesting; see the constants below) are
+mistakes too. A user's file is read with :func:`colls.files.read_text` (a regular file of at most 16 MB).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from fractions import Fraction
-from pathlib import Path
+from importlib import resources
 
 import networkx as nx
 import yaml
 
-from colls.errors import CollsError
+from colls.errors import EXCERPT_CHARS, CollsError, excerpt, printable
+from colls.files import MAX_PROFILE_BYTES, read_text
 from colls.topology import GPU, NIC, SWITCH, Topology, as_fraction
 
-PROFILE_DIR = Path(__file__).resolve().parent.parent / "hardware"
+PROFILES_PACKAGE = "colls.profiles"  # the repository's hardware/ folder, installed under this name
 LAYOUTS = ("rails", "single")
+# Accepted ranges. A link's bandwidth is finite, at least 1 kB/s and at most 1 PB/s per direction; its
+# latency finite, 0 to 1 s per hop; every whole number (GPU count, SMs, link multiplicities, ...) at
+# most MAX_INT; names at most MAX_NAME characters, other text MAX_TEXT; a cluster at most MAX_GPUS GPUs
+# in all. Anything outside is a mistake in the file.
+MIN_BANDWIDTH, MAX_BANDWIDTH = Fraction(1, 10**6), Fraction(10**6)  # GB/s
+MAX_LATENCY = Fraction(10**6)  # us
+MAX_INT = 10**6
+MAX_NODES = 10**5  # --nodes (= colls.cli.MAX_NODES); more nodes than any cluster built so far has GPUs
+MAX_GPUS = 10**6
+MAX_DEPTH = 64  # nesting levels of YAML collections
+MAX_NAME, MAX_TEXT = 100, 1000  # characters of a name (profile, class, switch) and of any other text
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_+-]*\Z")
 
 
@@ -78,7 +93,7 @@ def list_profiles() -> list[dict]:
     """
     out = []
     for path in _shipped().values():
-        data = _read_yaml(path)
+        data = _read_yaml(str(path), path.read_text(encoding="utf-8"))
         check = _Checker(str(path))
         if "graph" in data:
             topo = _graph_topology(check, data)
@@ -86,7 +101,7 @@ def list_profiles() -> list[dict]:
         else:
             prof = _parse_profile(check, data)
             gpus, description = prof.count, prof.description
-        out.append({"name": path.stem, "description": description, "gpus": gpus, "path": str(path)})
+        out.append({"name": path.name.rsplit(".", 1)[0], "description": description, "gpus": gpus, "path": str(path)})
     return out
 
 
@@ -107,13 +122,14 @@ def load_topology(spec: str, nodes: int = 1) -> Topology:
     ------
     CollsError for an unknown name, an unreadable or malformed file, or ``nodes < 1``.
     """
-    path = _resolve(str(spec))
-    source = str(path)
+    source, text = _resolve(str(spec))
     if isinstance(nodes, bool) or not isinstance(nodes, int):
-        raise CollsError(f"--nodes must be a whole number, got {nodes!r}", source=source)
+        raise CollsError(f"--nodes must be a whole number, got {excerpt(nodes)}", source=source)
     if nodes < 1:
-        raise CollsError(f"--nodes must be >= 1 (got {nodes})", source=source)
-    data = _read_yaml(path)
+        raise CollsError(f"--nodes must be >= 1 (got {excerpt(nodes)})", source=source)
+    if nodes > MAX_NODES:
+        raise CollsError(f"--nodes must be at most {MAX_NODES} (got {excerpt(nodes)})", source=source)
+    data = _read_yaml(source, text)
     check = _Checker(source)
     if "graph" in data:
         if nodes != 1:
@@ -121,7 +137,11 @@ def load_topology(spec: str, nodes: int = 1) -> Topology:
                                 f"(got {nodes})")
         topo = _graph_topology(check, data)
     else:
-        topo = _cluster(check, _parse_profile(check, data), nodes)
+        profile = _parse_profile(check, data)
+        if profile.count * nodes > MAX_GPUS:
+            raise CollsError(f"{nodes} nodes of {profile.count} GPUs is {profile.count * nodes} GPUs, more "
+                             f"than the {MAX_GPUS} colls handles", key="--nodes")
+        topo = _cluster(check, profile, nodes)
     topo.validate(source)
     return topo
 
@@ -219,27 +239,42 @@ def format_summary(topo: Topology) -> str:
 
 
 # --- files ----------------------------------------------------------------------------------------------
-def _shipped() -> dict[str, Path]:
-    return {p.stem: p for p in sorted(PROFILE_DIR.glob("*.yaml"))}
+def _shipped() -> dict:
+    """The shipped profiles by name, as importlib.resources traversables (files in a checkout or wheel)."""
+    found = [p for p in resources.files(PROFILES_PACKAGE).iterdir() if p.name.endswith(".yaml")]
+    return {p.name[:-len(".yaml")]: p for p in sorted(found, key=lambda p: p.name)}
 
 
-def _resolve(spec: str) -> Path:
+def _resolve(spec: str) -> tuple[str, str]:
+    """``(source, text)`` of a shipped profile name or a user's file (read with the size cap)."""
+    if not spec:
+        raise CollsError("must name a profile or a YAML file, got an empty string")
     shipped = _shipped()
     looks_like_path = "/" in spec or "\\" in spec or spec.endswith((".yaml", ".yml"))
     if not looks_like_path and spec in shipped:
-        return shipped[spec]
-    path = Path(spec)
-    if path.is_file():
-        return path
-    if looks_like_path or path.exists():
-        raise CollsError("no such file" if not path.exists() else "is not a file", source=spec)
+        return str(shipped[spec]), shipped[spec].read_text(encoding="utf-8")
+    if looks_like_path or os.path.lexists(spec):
+        return spec, read_text(spec, MAX_PROFILE_BYTES)
     known = ", ".join(shipped) or "none"
-    raise CollsError(f"unknown hardware profile {spec!r}; known profiles: {known} "
+    raise CollsError(f"unknown hardware profile {excerpt(spec)}; known profiles: {known} "
                      f"(or give the path of a YAML file)")
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (PyYAML silently keeps the last)."""
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML silently keeps the last) and
+    collections nested deeper than MAX_DEPTH (PyYAML would recurse until Python's stack gives out)."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels",
+                                                  self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_mapping(self, node, deep=False):
         seen = set()
@@ -252,25 +287,24 @@ class _Loader(yaml.SafeLoader):
                 duplicate = False
             if duplicate:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} given twice", key_node.start_mark)
+                    None, None, f"key {excerpt(key)} given twice", key_node.start_mark)
         return super().construct_mapping(node, deep)
 
 
-def _read_yaml(path: Path) -> dict:
-    source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CollsError("no such file", source=source) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise CollsError(f"cannot read: {e}", source=source) from None
+def _read_yaml(source: str, text: str) -> dict:
     try:
         data = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e)
-        raise CollsError(f"YAML syntax error{where}: {problem}", source=source) from None
+        if isinstance(e, yaml.reader.ReaderError):
+            where, problem = f" at character {e.position}", f"{e.reason} ({e.character!r})"
+        else:
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise CollsError(f"YAML syntax error{where}: {printable(problem, 100)}", source=source) from None
+    except ValueError as e:  # a number or date PyYAML cannot convert (more than 4300 digits, month 13)
+        reason = "a number has too many digits" if "digits" in str(e) else printable(str(e), 80)
+        raise CollsError(f"a value cannot be read: {reason}", source=source) from None
     if data is None:
         raise CollsError("is empty", source=source)
     if not isinstance(data, dict):
@@ -293,7 +327,8 @@ class _Checker:
         allowed = (*required, *optional)
         for k in value:
             if k not in allowed:
-                self.fail(_join(key, str(k)), f"unknown key (allowed: {', '.join(allowed)})")
+                self.fail(_join(key, printable(str(k), EXCERPT_CHARS)),
+                      f"unknown key (allowed: {', '.join(allowed)})")
         for k in required:
             if k not in value:
                 self.fail(_join(key, k), "missing key")
@@ -306,21 +341,25 @@ class _Checker:
             self.fail(key, "must not be empty")
         return value
 
-    def text(self, value, key: str) -> str:
+    def text(self, value, key: str, limit: int = MAX_TEXT) -> str:
         if not isinstance(value, str):
             self.fail(key, f"expected text, got {_what(value)}")
+        if len(value) > limit:
+            self.fail(key, f"must be at most {limit} characters, got {len(value)}")
         return value
 
     def name(self, value, key: str) -> str:
         if not isinstance(value, str) or not _NAME.match(value):
             self.fail(key, f"expected a name of letters, digits, '_', '+' or '-', got {_what(value)}")
-        return value
+        return self.text(value, key, MAX_NAME)
 
-    def integer(self, value, key: str, minimum: int) -> int:
+    def integer(self, value, key: str, minimum: int, maximum: int = MAX_INT) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(key, f"expected a whole number, got {_what(value)}")
         if value < minimum:
-            self.fail(key, f"must be >= {minimum}, got {value}")
+            self.fail(key, f"must be >= {minimum}, got {excerpt(value)}")
+        if value > maximum:
+            self.fail(key, f"must be at most {maximum}, got {excerpt(value)}")
         return value
 
     def number(self, value, key: str) -> Fraction:
@@ -335,12 +374,17 @@ class _Checker:
         bw = self.number(value, key)
         if bw <= 0:
             self.fail(key, f"bandwidth must be > 0 GB/s, got {_num(bw)}")
+        if not MIN_BANDWIDTH <= bw <= MAX_BANDWIDTH:
+            self.fail(key, f"bandwidth must be between {float(MIN_BANDWIDTH):g} and {float(MAX_BANDWIDTH):g} "
+                           f"GB/s, got {_what(value)}")
         return bw
 
     def latency(self, value, key: str) -> float:
         lat = self.number(value, key)
         if lat < 0:
-            self.fail(key, f"latency must be >= 0 us, got {_num(lat)}")
+            self.fail(key, f"latency must be >= 0 us, got {excerpt(float(lat))}")
+        if lat > MAX_LATENCY:
+            self.fail(key, f"latency must be between 0 and {float(MAX_LATENCY):g} us, got {_what(value)}")
         return float(lat)
 
     def gpu_list(self, value, key: str, count: int) -> list[int]:
@@ -365,7 +409,7 @@ class _Checker:
             self.fail(key, f"expected a mapping of class names, got {_what(value)}")
         out = {}
         for name, spec in value.items():
-            k = _join(key, str(name))
+            k = _join(key, printable(str(name), EXCERPT_CHARS))
             self.name(name, k)
             self.mapping(spec, k, required=("bandwidth", "latency"))
             out[name] = (self.bandwidth(spec["bandwidth"], k + ".bandwidth"),
@@ -375,7 +419,8 @@ class _Checker:
     def link_class(self, value, key: str, classes: dict) -> str:
         name = self.text(value, key)
         if name not in classes:
-            self.fail(key, f"unknown link class {name!r} (link_classes has: {', '.join(classes) or 'none'})")
+            self.fail(key, f"unknown link class {excerpt(name)} (link_classes has: "
+                           f"{printable(', '.join(classes) or 'none', 120)})")
         return name
 
 
@@ -427,7 +472,7 @@ def _parse_profile(check: _Checker, data: dict) -> _Profile:
         check.mapping(sw, k, required=("name", "class", "links", "gpus"))
         sname = check.name(sw["name"], k + ".name")
         if any(s.name == sname for s in switches):
-            check.fail(k + ".name", f"switch {sname!r} listed twice")
+            check.fail(k + ".name", f"switch {excerpt(sname)} listed twice")
         switches.append(_Switch(sname, check.link_class(sw["class"], k + ".class", classes),
                                 check.integer(sw["links"], k + ".links", 1),
                                 check.gpu_list(sw["gpus"], k + ".gpus", count)))
@@ -458,7 +503,7 @@ def _parse_profile(check: _Checker, data: dict) -> _Profile:
             check.integer(g, f"rank_order[{i}]", 0)
         if sorted(order) != rank_order:
             check.fail("rank_order", f"must be a permutation of 0..{count - 1} (gpu.count is {count}), "
-                                     f"got {order}")
+                                     f"got {excerpt(order, 80)}")
         rank_order = list(order)
     return _Profile(name, description, model, sms, count, classes, switches, direct, nics, layout,
                     rank_order)
@@ -594,7 +639,7 @@ def _graph_topology(check: _Checker, data: dict) -> Topology:
             if not vid:
                 check.fail(k + ".id", "must not be empty")
             if vid in g:
-                check.fail(k + ".id", f"vertex {vid!r} listed twice")
+                check.fail(k + ".id", f"vertex {excerpt(vid)} listed twice")
             node = item.get("node", None)
             if node is not None:
                 check.integer(node, k + ".node", 0)
@@ -611,17 +656,17 @@ def _graph_topology(check: _Checker, data: dict) -> Topology:
         for end in ("from", "to"):
             v = ln[end]
             if isinstance(v, bool) or not isinstance(v, (int, str)) or v not in g:
-                check.fail(f"{k}.{end}", f"unknown vertex {v!r} (GPUs are ints 0..{len(gpus) - 1}; "
+                check.fail(f"{k}.{end}", f"unknown vertex {excerpt(v)} (GPUs are ints 0..{len(gpus) - 1}; "
                                          f"switches and NICs are the string ids listed)")
             ends.append(v)
         u, v = ends
         if u == v:
-            check.fail(k, f"links {u!r} to itself")
+            check.fail(k, f"links {excerpt(u)} to itself")
         cls = check.name(ln["class"], k + ".class") if "class" in ln else "link"
         bw_default, lat_default = classes.get(cls, (None, None))
         for field, default in (("bandwidth", bw_default), ("latency", lat_default)):
             if field not in ln and default is None:
-                check.fail(f"{k}.{field}", "missing key" + (f" (class {cls!r} is not in link_classes)"
+                check.fail(f"{k}.{field}", "missing key" + (f" (class {excerpt(cls)} is not in link_classes)"
                                                             if "class" in ln else ""))
         bw = check.bandwidth(ln["bandwidth"], k + ".bandwidth") if "bandwidth" in ln else bw_default
         lat = check.latency(ln["latency"], k + ".latency") if "latency" in ln else lat_default
@@ -678,9 +723,9 @@ def _what(value) -> str:
     if isinstance(value, bool):
         return f"{str(value).lower()} (a boolean)"
     if isinstance(value, (int, float)):
-        return f"the number {value}"
+        return f"the number {excerpt(value)}"
     if isinstance(value, str):
-        return repr(value)
+        return excerpt(value)
     if isinstance(value, list):
         return "a list"
     if isinstance(value, dict):

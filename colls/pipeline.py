@@ -16,17 +16,15 @@ can stop after any of them and look at what it produced::
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass, field
 from fractions import Fraction
-from pathlib import Path
 
 from colls import bound as bounds
 from colls import lower as lowering
 from colls import msccl, synth, verify
 from colls.collectives import Collective, busbw_factor
 from colls.errors import CollsError, LimitError
+from colls.files import write_atomic  # noqa: F401  (the last stage; lives with the safe file handling)
 from colls.program import PROTOCOLS, Program
 from colls.schedule import Schedule
 from colls.targets import Target, get_target
@@ -203,34 +201,3 @@ def _jsonable(value):
     if isinstance(value, Fraction):
         return int(value) if value.denominator == 1 else float(value)
     return value
-
-
-def write_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see either the old file or the whole new one.
-
-    The text goes to a temporary file in the same folder, is flushed to disk, then renamed over
-    ``path``; on any failure the temporary file is removed and ``path`` is left as it was.
-    """
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    if target.is_dir():
-        raise CollsError("is a directory", source=str(path))
-    if not folder.is_dir():
-        raise CollsError(f"folder {folder} does not exist", source=str(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    except OSError as e:
-        raise CollsError(f"cannot write there ({e.strerror})", source=str(path)) from None
-    try:
-        with os.fdopen(fd, "w", encoding="ascii", newline="\n") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise CollsError(f"cannot write ({e.strerror})", source=str(path)) from None

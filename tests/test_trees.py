@@ -1,7 +1,7 @@
 """Tests of the trees method: switch splitting, spanning-tree packing, and the schedules built on them.
 
 Fixtures are built here (bandwidths are test values shaped like the machines of
-/work/shared/reference/hardware.md, not measurements); the shipped profiles come from colls.hardware.
+the shipped profiles, hardware/*.yaml, not measurements); the shipped profiles come from colls.hardware.
 """
 
 from __future__ import annotations

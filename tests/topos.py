@@ -3,8 +3,8 @@
 They follow the loader's conventions: rank = node * G + local; the in-node switch is ``"n{n}.{name}"``;
 NIC j of node n is ``"n{n}.nic{j}.tx"`` / ``".rx"`` (kind ``nic``); rail leaves ``"rail{j}"`` joined by a
 ``"spine"`` (leaf <-> spine = the sum of the leaf's NICs), or one ``"net"`` switch. Link matrices are the
-ones in /work/shared/reference/hardware.md; the other numbers are test values shaped like the machines
-there (per direction, GB/s), not measurements.
+ones the shipped profiles cite (msccl-tools' dgx1() for NDv2, ForestColl's for MI250); the other numbers
+are test values shaped like the shipped machines (per direction, GB/s), not measurements.
 """
 
 from __future__ import annotations

@@ -1,0 +1,304 @@
+"""Bad input of every kind, through the real entry point: one line naming the file or option, exit 2.
+
+Each case is one line: the arguments, then a text the error line must contain (the file or option at
+fault). ``@name`` in an argument is replaced by the path of input file ``name`` from FILES (written
+for the case only), ``@@`` by the case's input folder. Every case runs with its own empty output folder
+as the working directory, and must leave it exactly as it was: no output file, no temporary file.
+"""
+
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from colls import cli, hardware
+
+TINY = """\
+name: tiny
+gpu: {model: X, sms: 4, count: 2}
+link_classes:
+  nv: {bandwidth: 25, latency: 0.5}
+  ib: {bandwidth: 12.5, latency: 1}
+direct: {class: nv, matrix: [[0, 1], [1, 0]]}
+nics: [{class: ib, gpus: all}]
+"""
+
+
+def tiny(old, new):
+    text = TINY.replace(old, new, 1)
+    assert text != TINY
+    return text
+
+
+FILES = {
+    "tiny.yaml": TINY,
+    "bw-huge.yaml": tiny("bandwidth: 25", "bandwidth: 1e308"),
+    "bw-inf.yaml": tiny("bandwidth: 25", "bandwidth: .inf"),
+    "bw-nan.yaml": tiny("bandwidth: 25", "bandwidth: .nan"),
+    "bw-neg.yaml": tiny("bandwidth: 25", "bandwidth: -5"),
+    "bw-zero.yaml": tiny("bandwidth: 25", "bandwidth: 0"),
+    "bw-text.yaml": tiny("bandwidth: 25", "bandwidth: fast"),
+    "lat-neg.yaml": tiny("latency: 0.5", "latency: -1"),
+    "lat-huge.yaml": tiny("latency: 0.5", "latency: 1.0e+9"),
+    "sms-text.yaml": tiny("sms: 4", "sms: many"),
+    "sms-huge.yaml": tiny("sms: 4", "sms: 10000000"),
+    "count-float.yaml": tiny("count: 2", "count: 2.5"),
+    "count-neg.yaml": tiny("count: 2", "count: -2"),
+    "digits.yaml": tiny("sms: 4", "sms: " + "7" * 5000),
+    "unknown-key.yaml": tiny("count: 2}", "count: 2, colour: red}"),
+    "unknown-top.yaml": TINY + "colour: red\n",
+    "twice.yaml": TINY + "name: again\n",
+    "class-missing.yaml": tiny("direct: {class: nv", "direct: {class: nvl"),
+    "matrix.yaml": tiny("[[0, 1], [1, 0]]", "[[0, 1], [1]]"),
+    "syntax.yaml": tiny("count: 2}", "count: 2"),
+    "deep.yaml": "a: " + "[" * 20000 + "]" * 20000 + "\n",
+    "scalar.yaml": "x" * (5 * 2**20) + "\n",
+    "long-name.yaml": tiny("name: tiny", "name: " + "n" * (5 * 2**20)),
+    "control.yaml": "\x1b[31mred\x1b[0m\n",
+    "list.yaml": "- 1\n- 2\n",
+    "empty.yaml": "",
+    "binary.yaml": b"\x00\xff\xfe\x00binary",
+    "x.xml": "<algo/>\n",
+    "binary.xml": b"\x89PNG\r\n\x1a\n\x00\xff",
+}
+
+
+def materialize(name, folder):
+    """Create input ``name`` in ``folder`` and return its path."""
+    path = folder / name
+    if name == "fifo":
+        os.mkfifo(path)
+    elif name == "dir":
+        path.mkdir()
+    elif name == "huge.xml":  # sparse: one byte over the cap, instantly
+        with open(path, "wb") as fh:
+            fh.truncate(256 * 2**20 + 1)
+    elif name == "locked.yaml":
+        path.write_text(TINY)
+        path.chmod(0)
+    else:
+        content = FILES[name]
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return path
+
+
+def expand(args, inputs):
+    out = []
+    for a in args:
+        if a.startswith("@@"):
+            a = str(inputs) + a[2:]
+        elif a.startswith("@"):
+            name, _, rest = a[1:].partition("/")
+            a = str(materialize(name, inputs) if not (inputs / name).exists() else inputs / name)
+            a += "/" + rest if rest else ""
+        out.append(a)
+    return out
+
+
+SYNTH = ["synth", "--hardware", "@tiny.yaml", "--collective", "allgather", "-o", "x.xml"]
+BIG = str(10**30)
+
+CASES = [
+    # synth: options
+    (SYNTH + ["--chunks", "0"], "--chunks"),
+    (SYNTH + ["--chunks", "-1"], "--chunks"),
+    (SYNTH + ["--chunks", "1.5"], "--chunks"),
+    (SYNTH + ["--root", "-1"], "--root"),
+    (SYNTH[:4] + ["broadcast", "-o", "x.xml", "--root", "2"], "--root"),
+    (SYNTH + ["--rings", "0"], "--rings"),
+    (SYNTH + ["--method", "trees", "--trees-per-gpu", "0"], "--trees-per-gpu"),
+    (SYNTH + ["--method", "direct", "--rings", "2"], "--rings"),
+    (SYNTH + ["--instances", "0"], "--instances"),
+    (SYNTH + ["--instances", "1e3"], "--instances"),
+    (SYNTH + ["--instances", BIG], "--instances"),
+    (SYNTH + ["--min-bytes", "-1"], "--min-bytes"),
+    (SYNTH + ["--min-bytes", BIG], "--min-bytes"),
+    (SYNTH + ["--max-bytes", str(2**63)], "--max-bytes"),
+    (SYNTH + ["--min-bytes", "10", "--max-bytes", "5"], "--max-bytes"),
+    (SYNTH + ["--nodes", BIG], "--nodes"),
+    (SYNTH + ["--nodes", "0"], "--nodes"),
+    (SYNTH + ["--nodes", str(cli.MAX_NODES + 1)], "--nodes"),
+    (SYNTH + ["--nodes", "two"], "--nodes"),
+    (SYNTH[:-1] + [""], "-o"),
+    (SYNTH[:-1] + ["/dev/null"], "-o"),
+    (SYNTH[:-1] + ["/dev/full"], "-o"),
+    (SYNTH[:-1] + ["x.xml/"], "-o"),
+    (SYNTH[:-1] + ["."], "-o"),
+    (SYNTH[:-1] + ["no/such/x.xml"], "-o"),
+    (SYNTH[:-1] + ["@fifo"], "-o"),
+    (SYNTH[:-1] + ["@dir"], "-o"),
+    (["synth", "--hardware", "", "--collective", "allgather", "-o", "x.xml"], "--hardware"),
+    (["synth", "--hardware", "no-such-machine", "--collective", "allgather", "-o", "x.xml"], "--hardware"),
+    (SYNTH[:3] + ["--collective", "allsum", "-o", "x.xml"], "--collective"),
+    (SYNTH[:3] + ["--collective", "y" * 5000, "-o", "x.xml"], "--collective"),
+    (SYNTH + ["--method", "magic"], "--method"),
+    (SYNTH + ["--method", "m" * 5000], "--method"),
+    (SYNTH + ["--proto", "LLX"], "--proto"),
+    (SYNTH + ["--target", "nccl"], "--target"),
+    (SYNTH + ["--inplace-only", "--outofplace-only"], "--inplace-only"),
+    (SYNTH + ["--bogus"], "--bogus"),
+    (SYNTH[:-2], "-o"),
+    # profiles (through synth, hardware show and bound)
+    (["synth", "--hardware", "@bw-huge.yaml", "--collective", "allgather", "-o", "x.xml"],
+     "link_classes.nv.bandwidth"),
+    (["hardware", "show", "@bw-inf.yaml"], "link_classes.nv.bandwidth"),
+    (["hardware", "show", "@bw-nan.yaml"], "link_classes.nv.bandwidth"),
+    (["hardware", "show", "@bw-neg.yaml"], "link_classes.nv.bandwidth"),
+    (["hardware", "show", "@bw-zero.yaml"], "link_classes.nv.bandwidth"),
+    (["hardware", "show", "@bw-text.yaml"], "link_classes.nv.bandwidth"),
+    (["hardware", "show", "@lat-neg.yaml"], "link_classes.nv.latency"),
+    (["hardware", "show", "@lat-huge.yaml"], "link_classes.nv.latency"),
+    (["hardware", "show", "@sms-text.yaml"], "gpu.sms"),
+    (["hardware", "show", "@sms-huge.yaml"], "gpu.sms"),
+    (["hardware", "show", "@count-float.yaml"], "gpu.count"),
+    (["hardware", "show", "@count-neg.yaml"], "gpu.count"),
+    (["hardware", "show", "@digits.yaml"], "digits.yaml"),
+    (["hardware", "show", "@unknown-key.yaml"], "gpu.colour"),
+    (["hardware", "show", "@unknown-top.yaml"], "colour"),
+    (["hardware", "show", "@twice.yaml"], "twice.yaml"),
+    (["hardware", "show", "@class-missing.yaml"], "direct.class"),
+    (["hardware", "show", "@matrix.yaml"], "direct.matrix[1]"),
+    (["hardware", "show", "@syntax.yaml"], "syntax.yaml"),
+    (["hardware", "show", "@deep.yaml"], "deep.yaml"),
+    (["hardware", "show", "@scalar.yaml"], "scalar.yaml"),
+    (["hardware", "show", "@long-name.yaml"], "name"),
+    (["hardware", "show", "@control.yaml"], "control.yaml"),
+    (["hardware", "show", "@list.yaml"], "list.yaml"),
+    (["hardware", "show", "@empty.yaml"], "empty.yaml"),
+    (["hardware", "show", "@binary.yaml"], "binary.yaml"),
+    (["hardware", "show", "@dir"], "dir"),
+    (["hardware", "show", "@fifo"], "fifo"),
+    (["hardware", "show", "@@/missing.yaml"], "missing.yaml"),
+    (["hardware", "show", "@tiny.yaml/x.yaml"], "tiny.yaml/x.yaml"),
+    (["hardware", "show", "/etc/passwd"], "/etc/passwd"),
+    (["hardware", "show", "/dev/zero"], "/dev/zero"),
+    (["hardware", "show", ""], "NAME"),
+    (["hardware", "show", "dgx-z9"], "NAME"),
+    (["hardware", "show", "@tiny.yaml", "--nodes", BIG], "--nodes"),
+    (["hardware", "show", "@tiny.yaml", "--nodes", "-2"], "--nodes"),
+    (["hardware", "show", "@tiny.yaml", "--format", "json"], "--format"),
+    (["hardware", "list", "--nodes", "2"], "--nodes"),
+    (["hardware", "list", "extra"], "extra"),
+    (["hardware", "nope"], "nope"),
+    # verify
+    (["verify", "/dev/zero"], "/dev/zero"),
+    (["verify", "@fifo"], "fifo"),
+    (["verify", "@dir"], "dir"),
+    (["verify", "@@/missing.xml"], "missing.xml"),
+    (["verify", "@huge.xml"], "256 MB"),
+    (["verify", "@binary.xml"], "binary.xml"),
+    (["verify", "@x.xml/y.xml"], "x.xml/y.xml"),
+    (["verify", ""], "FILE"),
+    (["verify", "@x.xml", "--sms", "0"], "--sms"),
+    (["verify", "@x.xml", "--sms", BIG], "--sms"),
+    (["verify", "@x.xml", "--nodes", "0"], "--nodes"),
+    (["verify", "@x.xml", "--hardware", ""], "--hardware"),
+    (["verify", "@x.xml", "--hardware", "@deep.yaml"], "deep.yaml"),
+    (["verify", "@x.xml", "--hardware", "@fifo"], "fifo"),
+    (["verify", "@x.xml", "--target", "nope"], "--target"),
+    # bound
+    (["bound", "--hardware", "@tiny.yaml", "--collective", "allgather", "--size", "0"], "--size"),
+    (["bound", "--hardware", "@tiny.yaml", "--collective", "allgather", "--size", str(2**63)], "--size"),
+    (["bound", "--hardware", "@tiny.yaml", "--collective", "broadcast", "--root", "5"], "--root"),
+    (["bound", "--hardware", "@tiny.yaml", "--collective", "allgather", "--nodes", BIG], "--nodes"),
+    (["bound", "--hardware", "@lat-huge.yaml", "--collective", "allgather"], "link_classes.nv.latency"),
+    (["bound", "--hardware", "@tiny.yaml", "--collective", "nope"], "--collective"),
+    (["bound", "--hardware", "@tiny.yaml"], "--collective"),
+    (["--bogus", "hardware", "list"], "--bogus"),
+]
+
+
+def run(args, cwd):
+    """The real entry point in a subprocess, as a shell runs it (a hang fails the case, not the suite)."""
+    proc = subprocess.run([sys.executable, "-c", "from colls.cli import main; main()", *args],
+                          capture_output=True, text=True, cwd=cwd, timeout=60)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def assert_one_line_error(tmp_path, args, names):
+    """Exit 2, one short ``colls: error:`` line naming ``names``, no traceback, nothing written."""
+    inputs, outputs = tmp_path / "in", tmp_path / "out"
+    inputs.mkdir()
+    outputs.mkdir()
+    args = expand(args, inputs)
+    before = sorted(os.listdir(outputs)), sorted(os.listdir(inputs))
+    rc, out, err = run(args, outputs)
+    assert rc == 2, (rc, out, err[-2000:])
+    lines = err.splitlines()
+    assert len(lines) == 1, err[-2000:]
+    line = lines[0]
+    assert line.startswith("colls: error: "), line
+    assert names in line, line
+    assert len(line) < 300, line
+    assert line.isprintable(), line
+    assert "Traceback" not in err and out == ""
+    assert (sorted(os.listdir(outputs)), sorted(os.listdir(inputs))) == before
+
+
+@pytest.mark.parametrize("args, names", CASES, ids=[f"{i}-{n[:30]}" for i, (_, n) in enumerate(CASES)])
+def test_bad_input(tmp_path, args, names):
+    assert_one_line_error(tmp_path, args, names)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file whatever its mode")
+def test_unreadable_profile(tmp_path):
+    assert_one_line_error(tmp_path, ["hardware", "show", "@locked.yaml"], "locked.yaml")
+
+
+def test_error_quotes_only_an_excerpt(tmp_path):
+    """A profile that is some other text file: its content is not shown beyond a short excerpt."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    secret = "user:" + "s3cr3t" * 20 + "\n"
+    (inputs / "passwd").write_text(secret * 50)
+    rc, _, err = run(["hardware", "show", str(inputs / "passwd")], tmp_path)
+    assert rc == 2
+    assert err.count("s3cr3t") <= 7 and "..." in err
+
+
+def test_cases_cover_every_command():
+    commands = {tuple(a for a in args[:2] if not a.startswith("-")) for args, _ in CASES}
+    firsts = {c[0] for c in commands if c}
+    assert {"synth", "verify", "bound", "hardware"} <= firsts
+    assert {("hardware", "show"), ("hardware", "list")} <= commands
+    assert len(CASES) >= 45
+
+
+def test_node_limit_is_the_same_in_the_cli_and_the_loader():
+    assert cli.MAX_NODES == hardware.MAX_NODES
+
+
+def test_output_symlink_to_a_regular_file_writes_the_file(tmp_path):
+    real = tmp_path / "real.xml"
+    real.write_text("old\n")
+    (tmp_path / "link.xml").symlink_to(real)
+    rc, out, err = run(["synth", "--hardware", "ndv2", "--collective", "allgather", "-o", "link.xml"],
+                       tmp_path)
+    assert rc == 0, err
+    assert (tmp_path / "link.xml").is_symlink()
+    assert real.read_text().startswith("<algo")
+    assert sorted(os.listdir(tmp_path)) == ["link.xml", "real.xml"]
+    assert stat.S_ISREG(os.stat(real).st_mode)
+
+
+INTERNAL = ("import colls.hardware as hw\n"
+            "def broken():\n"
+            "    raise KeyError('bug in the code')\n"
+            "hw.list_profiles = broken\n"
+            "from colls.cli import main; main()\n")
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_internal_error_is_one_line_unless_debug(tmp_path, debug):
+    """A bug (here a KeyError put into list_profiles) is one line and exit 1; --debug adds the traceback."""
+    args = ["--debug"] if debug else []
+    proc = subprocess.run([sys.executable, "-c", INTERNAL, *args, "hardware", "list"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 1
+    last = proc.stderr.splitlines()[-1]
+    assert last.startswith("colls: internal error: KeyError: 'bug in the code'; please report it")
+    assert ("Traceback" in proc.stderr) == debug
+    if not debug:
+        assert len(proc.stderr.splitlines()) == 1
