@@ -159,8 +159,8 @@ def hardware_show(name, nodes, as_json):
 @click.option("--outofplace-only", is_flag=True, help="Claim out-of-place calls only.")
 @click.option("--chunks", type=Whole(1, MAX_COPIES), default=1, show_default=True,
               help="Chunk factor: chunks per rank's share (a method may need more).")
-@click.option("--root", type=Whole(0, MAX_NODES * MAX_COPIES), default=0, show_default=True,
-              help="Root rank (broadcast, reduce).")
+@click.option("--root", type=Whole(0, MAX_NODES * MAX_COPIES), default=None,
+              help="Root rank: required for broadcast and reduce (a file serves one root only).")
 @click.option("--rings", type=Whole(1, MAX_COPIES), default=None, help="ring: number of rings (default: best found).")
 @click.option("--trees-per-gpu", type=Whole(1, MAX_COPIES), default=None,
               help="trees: spanning trees per GPU (default: the best that fits the target).")
@@ -177,7 +177,15 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
                          key="--inplace-only/--outofplace-only")
     mode = "inplace" if inplace_only else "outofplace" if outofplace_only else "both"
     files.check_output(output, "-o")
+    rooted = collective in ("broadcast", "reduce")
+    if rooted and root is None:
+        raise CollsError(f"a {collective} file computes the right result for one root only, and the runtime "
+                         f"uses it for every {collective} call whatever its root: give the root your calls use",
+                         key="--root")
+    if not rooted and root is not None:
+        raise CollsError(f"applies to broadcast and reduce only, not {collective}", key="--root")
     topo = _load(hardware, nodes)
+    root = root or 0
     _check_root(root, topo)
     coll = Collective(collective, topo.ngpus, chunks=chunks, root=root)
     options = {}

@@ -66,6 +66,9 @@ class Compiled:
                 if f.get("bound_reachable_gbps"):
                     line += f"; {f['bound_reachable_gbps']:.1f} GB/s is reachable"
                 line += ")"
+        if f.get("root") is not None:
+            line += (f"; for root {f['root']} only: install it only where every {f['collective']} call uses root "
+                     f"{f['root']} (the runtime does not check the root)")
         info = f.get("method_info", {})
         if info.get("method") == "trees":
             line += f"; {info['k']} trees per GPU"
@@ -123,7 +126,7 @@ def _compile_once(topology: Topology, collective: Collective, method: str, tgt: 
     opts = lowering.LowerOptions(
         proto=proto, min_bytes=min_bytes, max_bytes=max_bytes,
         inplace=mode in ("both", "inplace"), outofplace=mode in ("both", "outofplace"),
-        name=f"colls-{method}-{collective.kind}-{topology.name.replace(' ', '')}",
+        name=f"colls-{method}-{collective.kind}{_root_tag(collective)}-{topology.name.replace(' ', '')}",
         sms=topology.min_sms())
     program = lowering.lower(schedule, tgt, opts)
     text = msccl.emit(program)
@@ -138,6 +141,11 @@ def _compile_once(topology: Topology, collective: Collective, method: str, tgt: 
                          f"not verify for {tgt.name}: {first}{hint}")
     facts = _facts(topology, schedule, program, tgt, method, mode)
     return Compiled(topology, schedule, program, text, report, tgt, mode, facts)
+
+
+def _root_tag(collective: Collective) -> str:
+    """``-root<R>`` in a rooted collective's file name: the file serves that root only."""
+    return f"-root{collective.root}" if collective.rooted else ""
 
 
 def _check_options(topology, collective, tgt, instances, proto, min_bytes, max_bytes, mode) -> None:
@@ -168,6 +176,7 @@ def _facts(topology, schedule, program, tgt, method, mode) -> dict:
         "scratch_chunks": schedule.scratch, "instances": schedule.info.get("instances", 1),
         "proto": program.proto, "inplace": bool(program.inplace), "outofplace": bool(program.outofplace),
         "min_bytes": program.min_bytes, "max_bytes": program.max_bytes,
+        "root": coll.root if coll.rooted else None,
         "model_algbw_gbps": float(algbw) if algbw else None,
         "model_busbw_gbps": float(algbw) * busbw_factor(coll.kind, coll.nranks) if algbw else None,
         "busiest_link": None if link is None else f"{topology.label(link[0])} -> {topology.label(link[1])}",

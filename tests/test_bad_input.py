@@ -107,6 +107,9 @@ CASES = [
     (SYNTH + ["--chunks", "1.5"], "--chunks"),
     (SYNTH + ["--root", "-1"], "--root"),
     (SYNTH[:4] + ["broadcast", "-o", "x.xml", "--root", "2"], "--root"),
+    (SYNTH[:4] + ["broadcast", "-o", "x.xml"], "--root"),            # a rooted file must name its root
+    (SYNTH[:4] + ["reduce", "-o", "x.xml"], "--root"),
+    (SYNTH + ["--root", "1"], "--root"),                               # allgather has no root
     (SYNTH + ["--rings", "0"], "--rings"),
     (SYNTH + ["--method", "trees", "--trees-per-gpu", "0"], "--trees-per-gpu"),
     (SYNTH + ["--method", "direct", "--rings", "2"], "--rings"),

@@ -141,3 +141,14 @@ def test_hardware_list_and_show():
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert json.dumps(data)
+
+
+def test_a_rooted_file_names_its_root_and_says_where_it_may_be_installed(tmp_path):
+    out = tmp_path / "bc.xml"
+    rc, stdout, err = run("synth", "--hardware", "dgx-a100", "--collective", "broadcast", "--root", "3",
+                          "-o", str(out))
+    assert rc == 0, err
+    assert "for root 3 only" in stdout and "every broadcast call uses root 3" in stdout
+    assert 'name="colls-ring-broadcast-root3-' in out.read_text().splitlines()[0]
+    rc, stdout, err = run("verify", str(out))
+    assert rc == 0 and "[root-fixed]" in stdout and "root 3" in stdout, stdout + err

@@ -7,11 +7,14 @@ it cannot (``cx.unproven``).
 
 from __future__ import annotations
 
+import re
+
 from colls.collectives import KINDS, Collective
 from colls.msccl import ALGO_ATTRS, ALGO_FIELDS
 from colls.program import PROTOCOLS, STEP_SEMANTICS
 from colls.verify.context import Context
 
+_ROOT_IN_NAME = re.compile(r"root(\d{1,9})\b")     # "...-root3-..." as colls writes it
 _LENIENT_KIND = {"reduce_scatter": "reducescatter", "reducescatter": "reducescatter"}
 _HINTS = {"outofplace": '"1" (or "0")', "minBytes": '"0"', "maxBytes": '"0" (no upper limit)',
           "inplace": '"0" (or "1")'}
@@ -114,8 +117,11 @@ def _infer_root(cx: Context, kind: str, n: int) -> int:
         pos = 1 if kind == "broadcast" else 0
         candidates = [g.id for g in cx.p.gpus if g.id is not None
                       and not any(STEP_SEMANTICS.get(s.type, (False,) * 5)[pos] for tb in g.tbs for s in tb.steps)]
+        named = _ROOT_IN_NAME.search(cx.p.name or "")
         if len(candidates) == 1 and 0 <= candidates[0] < n:
             root = candidates[0]
+        elif named and int(named.group(1)) < n:
+            root = int(named.group(1))
         else:
             cx.add("root-assumed", f"could not tell the root of this {kind} from the file (no root attribute, "
                    f"{len(candidates)} candidate ranks); checking with root 0")
