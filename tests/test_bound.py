@@ -1,4 +1,4 @@
-"""Tests of colls.bound: the worked example of theory.md, exactness, brute force on small graphs."""
+"""Tests of colls.bound: a worked 2 x DGX A100 example, exactness, brute force on small graphs."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from colls.topology import Topology
 
 # --------------------------------------------------------------------------------------------------------
 # Fixtures (until colls/hardware.py lands). Bandwidths and latencies are test values shaped like a DGX
-# A100 as theory.md models it (GPU<->NVSwitch 300 GB/s, one 25 GB/s NIC per GPU on rails), not
+# A100 as ForestColl (arXiv 2402.06787) models it (GPU<->NVSwitch 300 GB/s, one 25 GB/s NIC per GPU on rails), not
 # measurements.
 # --------------------------------------------------------------------------------------------------------
 def _gpu(g: nx.DiGraph, rank: int, node: int | None, local: int) -> None:
@@ -85,7 +85,7 @@ def gpus_of(topo: Topology, side) -> set:
 
 
 # --------------------------------------------------------------------------------------------------------
-# The worked example of theory.md
+# A worked example: 2 x DGX A100, the cut bound by hand
 # --------------------------------------------------------------------------------------------------------
 def test_two_dgx_a100_binding_cut_is_one_gpu_ingress():
     topo = cluster(2)

@@ -13,7 +13,7 @@ from colls.errors import CollsError
 from colls.hardware import format_summary, list_profiles, load_topology, summarize
 from colls.topology import GPU, NIC, SWITCH
 
-# The link multiplicity matrices of hardware.md, typed once for all tests (tests/topos.py).
+# The published link multiplicity matrices, typed once for all tests (tests/topos.py cites them).
 from topos import MI250, NDV2  # noqa: E402
 
 
@@ -21,7 +21,7 @@ def _nonzero(m):
     return sum(1 for row in m for x in row if x)
 
 
-# Per profile, from hardware.md: GPUs per node, model, SMs, per-GPU in-node GB/s, in-node switch vertices,
+# Per profile, from the vendor documents each profile cites: GPUs per node, model, SMs, per-GPU in-node GB/s, in-node switch vertices,
 # NICs per node, (GPU, NIC) attachments per node, direct GPU->GPU edges per node, network layout.
 SHAPES = {
     "dgx2": dict(G=16, model="V100-SXM3", sms=80, local_bw=150, switches=1, nics=8, attach=16, direct=0,
@@ -109,7 +109,7 @@ def test_dgx_a100_x2_worked_example(topos):
         assert isinstance(ingress, Fraction) and ingress == Fraction(325)
     assert topo.bw("n0.nvswitch", 3) == 300 and topo.graph.edges["n0.nvswitch", 3]["count"] == 12
     assert topo.bw("n1.nic5.rx", 13) == 25 and topo.graph.edges["n1.nic5.rx", 13]["cls"] == "hdr-ib"
-    # 4 nodes: a node's NIC ingress is 8 x 25 = 200 GB/s (theory.md's binding cut)
+    # 4 nodes: a node's NIC ingress is 8 x 25 = 200 GB/s (the binding cut of ForestColl's bound, arXiv 2402.06787)
     topo4 = topos("dgx-a100", 4)
     into_node = sum(d["bw"] for u, v, d in topo4.graph.edges(data=True)
                     if topo4.node_of(v) == 2 and topo4.node_of(u) != 2)

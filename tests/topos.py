@@ -15,7 +15,8 @@ import networkx as nx
 
 from colls.topology import Topology
 
-# hardware.md: Azure NDv2 hybrid cube mesh, NVLink multiplicities (row = from, column = to)
+# Azure NDv2 / DGX-1V hybrid cube mesh, NVLink multiplicities (row = from, column = to); NVIDIA's V100
+# whitepaper, and dgx1() in microsoft/msccl-tools msccl/topologies/nvidia.py
 NDV2 = [
     [0, 2, 1, 1, 2, 0, 0, 0],
     [2, 0, 1, 2, 0, 1, 0, 0],
@@ -27,7 +28,8 @@ NDV2 = [
     [0, 0, 0, 1, 1, 2, 2, 0],
 ]
 
-# hardware.md: MI250 node, 16 GCDs, xGMI multiplicities (ForestColl's matrix)
+# MI250 node, 16 GCDs, xGMI multiplicities: mi250_topology() in ForestColl (liangyuRain/ForestColl
+# topologies.py), after AMD's Instinct MI250 platform documentation
 MI250 = [
     [0, 4, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0],
     [4, 0, 0, 0, 0, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0],
