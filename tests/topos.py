@@ -28,8 +28,8 @@ NDV2 = [
     [0, 0, 0, 1, 1, 2, 2, 0],
 ]
 
-# MI250 node, 16 GCDs, xGMI multiplicities: mi250_topology() in ForestColl (liangyuRain/ForestColl
-# topologies.py), after AMD's Instinct MI250 platform documentation
+# MI250 node, 16 GCDs, xGMI multiplicities: mi250_topology() in ForestColl (liangyuRain/ForestColl,
+# topologies.py)
 MI250 = [
     [0, 4, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0],
     [4, 0, 0, 0, 0, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0],
