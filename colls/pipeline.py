@@ -94,6 +94,8 @@ def compile_schedule(topology: Topology, collective: Collective, method: str, *,
     if tgt.name == "old" and max_bytes == 0:
         max_bytes = OLD_NO_LIMIT
     options = dict(options or {})
+    if method == "trees":
+        options.setdefault("max_tbs", tgt.max_tbs)  # lanes are chosen to fit what the runtime loads
     settings = dict(instances=instances, proto=proto, min_bytes=min_bytes, max_bytes=max_bytes,
                     mode=mode)
     if method != "trees" or "trees_per_gpu" in options:
