@@ -729,7 +729,44 @@ def _ring_schedule(topology: Topology, coll: Collective, rings: list[Ring]) -> S
 # --------------------------------------------------------------------------------------------------------
 # The method
 # --------------------------------------------------------------------------------------------------------
+def instructions_per_ring(collective: Collective, rings: int) -> int:
+    """A lower bound on the instructions one rank runs for one ring of ``rings`` (each ring a lane of
+    its own): one per chunk it receives or sends on that ring, the hops of the module table times the
+    chunk columns the ring owns at the chunk factor it will have."""
+    n, kind = collective.nranks, collective.kind
+    per = rings * _unit(kind, n)
+    k = -(-collective.chunks // per)
+    if kind == "allreduce":
+        return 2 * (n - 1) * k
+    if kind in ("broadcast", "reduce"):
+        return (n - 1) * k  # the chain's N k segments pass every rank but its last one
+    return (n - 1) * k
+
+
+def segments_needed(collective: Collective, rings: int, max_steps: int) -> int:
+    """Step segments (each on channels of its own) one ring needs so that no threadblock exceeds
+    ``max_steps``: its instructions in pieces, plus the one send that starts each later segment
+    (a partial sum stored at the end of one segment is sent on in the next)."""
+    need = instructions_per_ring(collective, rings)
+    seg = max(1, -(-need // max_steps))
+    while -(-need // seg) + 1 > max_steps and seg < need:
+        seg += 1
+    return seg
+
+
+def fitting_counts(collective: Collective, counts, max_steps: int | None,
+                   max_channels: int | None) -> list[int]:
+    """The ring counts in ``counts`` whose rings, each split into :func:`segments_needed` segments,
+    fit ``max_channels`` channels (all of ``counts`` when no limits are given; at least the smallest)."""
+    counts = sorted(counts)
+    if not max_steps or not max_channels:
+        return counts
+    fit = [r for r in counts if r * segments_needed(collective, r, max_steps) <= max_channels]
+    return fit or counts[:1]
+
+
 def synthesize(topology: Topology, collective: Collective, *, rings: int | None = None,
+               max_steps: int | None = None, max_channels: int | None = None,
                **options) -> Schedule:
     """A ring schedule of ``collective`` on ``topology``.
 
@@ -737,6 +774,10 @@ def synthesize(topology: Topology, collective: Collective, *, rings: int | None 
     ----------
     rings : number of rings (lanes); default: the count in 1..8 (or the number of NIC rails, if more)
         with the best modelled algbw, fewest rings on a tie.
+    max_steps, max_channels : the target's steps per threadblock and channels; the default count is
+        then chosen among the counts whose rings fit them when split into step segments
+        (:func:`fitting_counts`; a ring of 128 ranks runs 254 allreduce instructions per rank, four
+        or five threadblocks of at most 64 steps).
     options : accepted and ignored (the pipeline passes every method the same options).
 
     Raises CollsError when the rank count is not the topology's GPU count, ``rings`` is out of range, or
@@ -757,7 +798,8 @@ def synthesize(topology: Topology, collective: Collective, *, rings: int | None 
         if rings not in (None, 1):
             schedule.info["note"] = "alltoall shifts use one lane; rings ignored"
         return schedule
-    counts = [rings] if rings else list(range(1, planner.default_count + 1))
+    counts = [rings] if rings else fitting_counts(collective, range(1, planner.default_count + 1),
+                                                   max_steps, max_channels)
     sets = planner.ring_sets(counts)
     tried = {count: model_algbw(topology, collective, ring_set) for count, ring_set in sets.items()}
     best_count = min(tried, key=lambda count: (-tried[count], count))
