@@ -26,6 +26,7 @@ test: install
 
 bench: install
 	$(PY) bench/run.py
+	$(PY) bench/scale.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

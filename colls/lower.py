@@ -88,7 +88,9 @@ def lower(schedule: Schedule, target: Target, options: LowerOptions | None = Non
     nsteps = max(1, schedule.nsteps)
     limit_tbs = min(target.max_tbs, options.sms) if options.sms else target.max_tbs
     last_error = None
-    for nseg in range(1, target.max_channels + 1):
+    # a method that knows its segments (rings) says where to start; fewer would not fit anyway
+    for nseg in range(min(schedule.info.get("min_segments", 1), target.max_channels),
+                      target.max_channels + 1):
         base = min(len(lanes), max(1, target.max_channels // nseg))
         if base * nseg > target.max_channels:
             break

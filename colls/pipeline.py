@@ -169,10 +169,16 @@ def check_limits(topology: Topology, collective: Collective, method: str, tgt: T
                 f"threadblocks and {steps} steps of its own); {tgt.name} stops at {tgt.max_elements} "
                 f"(MSCCL_MAX_NODES); try {hint}")
     limit_tbs = min(tgt.max_tbs, topology.min_sms())
-    if method == "direct" and n - 1 > limit_tbs:
-        raise LimitError(f"direct {collective.kind} on {topology.name}: a rank talks to {n - 1} peers, "
+    peers = 0
+    if method == "direct":  # every pair, or the method refuses
+        peers = n - 1
+    elif method == "ring" and collective.kind == "alltoall":  # every routed pair straight, others relayed
+        peers = sum(1 for b in range(1, n) if topology.route(0, b) is not None)
+    if peers > limit_tbs:
+        raise LimitError(f"{method} {collective.kind} on {topology.name}: a rank sends to {peers} peers, "
                          f"one threadblock each, but {tgt.name} on this GPU runs at most {limit_tbs} "
-                         f"threadblocks per GPU; try --method ring or trees")
+                         f"threadblocks per GPU; try " + ("--method trees" if collective.kind !=
+                                                          "alltoall" else "fewer --nodes"))
     if steps > tgt.max_steps * limit_tbs:
         raise LimitError(f"{method} {collective.kind} on {topology.name}: a rank needs at least {steps} "
                          f"steps, more than {limit_tbs} threadblocks of {tgt.max_steps} steps hold; "
@@ -194,6 +200,8 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
         options.update(max_steps=tgt.max_steps, max_channels=tgt.max_channels)
     settings = dict(instances=instances, proto=proto, min_bytes=min_bytes, max_bytes=max_bytes,
                     mode=mode, progress=progress)
+    if method == "ring" and "rings" not in options and collective.kind != "alltoall":
+        return _compile_ring(topology, collective, tgt, options, settings)
     if method != "trees" or "trees_per_gpu" in options:
         return _compile_once(topology, collective, method, tgt, options, **settings)
     from colls.synth import trees
@@ -215,11 +223,35 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
                      f"{tgt.name} (tried {', '.join(str(k) for k, _ in refused)}): {refused[-1][1]}")
 
 
+def _compile_ring(topology, collective, tgt, options, settings) -> Compiled:
+    """The default ring count first; while the program exceeds the target's limits (threadblocks,
+    channels), the best count among the smaller ones."""
+    refused: list = []
+    while True:
+        seen: dict = {}
+        try:
+            result = _compile_once(topology, collective, "ring", tgt, options, seen=seen, **settings)
+        except LimitError as e:
+            rings = seen.get("rings", 1)
+            refused.append((rings, str(e)))
+            if rings <= 1:
+                raise
+            options = dict(options, max_rings=rings - 1)
+            continue
+        if refused:
+            result.facts["limited_by"] = (f"{refused[0][0]} rings would not fit {tgt.name}: "
+                                          f"{refused[0][1]}")
+            result.facts["rings_tried"] = [r for r, _ in refused] + [seen["rings"]]
+        return result
+
+
 def _compile_once(topology: Topology, collective: Collective, method: str, tgt: Target, options: dict,
                   *, instances: int, proto: str, min_bytes: int, max_bytes: int, mode: str,
-                  progress: _Progress) -> Compiled:
+                  progress: _Progress, seen: dict | None = None) -> Compiled:
     progress(f"synthesizing {method} {collective.kind} for {collective.nranks} ranks")
     schedule = synth.get_method(method)(topology, collective, **options)
+    if seen is not None:
+        seen.update(schedule.info)
     progress(f"checking the schedule ({len(schedule.ops)} transfers)")
     schedule.check()
     schedule = schedule.replicate(instances)

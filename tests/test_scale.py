@@ -59,7 +59,7 @@ def test_precheck_refuses_chunk_factors_whose_offsets_overflow_int16():
 
 def test_precheck_counts_each_ranks_own_steps():
     # ring allreduce: 2(N-1) steps per rank and ring; 1 + N + 2(N-1) + threadblocks passes 4096 at
-    # N = 1365 ranks whatever the ring count
+    # N = 1352 ranks whatever the ring count
     coll = Collective("allreduce", 1400)
     assert pipeline.least_instructions(coll, "ring") == 2 * 1399
     topo = hardware.load_topology("dgx-a100", nodes=175)

@@ -767,7 +767,7 @@ def fitting_counts(collective: Collective, counts, max_steps: int | None,
 
 def synthesize(topology: Topology, collective: Collective, *, rings: int | None = None,
                max_steps: int | None = None, max_channels: int | None = None,
-               **options) -> Schedule:
+               max_rings: int | None = None, **options) -> Schedule:
     """A ring schedule of ``collective`` on ``topology``.
 
     Parameters
@@ -778,6 +778,8 @@ def synthesize(topology: Topology, collective: Collective, *, rings: int | None 
         then chosen among the counts whose rings fit them when split into step segments
         (:func:`fitting_counts`; a ring of 128 ranks runs 254 allreduce instructions per rank, four
         or five threadblocks of at most 64 steps).
+    max_rings : the largest default count to consider (the pipeline lowers it when a program with
+        more rings exceeded the target's limits).
     options : accepted and ignored (the pipeline passes every method the same options).
 
     Raises CollsError when the rank count is not the topology's GPU count, ``rings`` is out of range, or
@@ -798,8 +800,8 @@ def synthesize(topology: Topology, collective: Collective, *, rings: int | None 
         if rings not in (None, 1):
             schedule.info["note"] = "alltoall shifts use one lane; rings ignored"
         return schedule
-    counts = [rings] if rings else fitting_counts(collective, range(1, planner.default_count + 1),
-                                                   max_steps, max_channels)
+    top = min(planner.default_count, max_rings or planner.default_count)
+    counts = [rings] if rings else fitting_counts(collective, range(1, top + 1), max_steps, max_channels)
     sets = planner.ring_sets(counts)
     tried = {count: model_algbw(topology, collective, ring_set) for count, ring_set in sets.items()}
     best_count = min(tried, key=lambda count: (-tried[count], count))
@@ -807,6 +809,8 @@ def synthesize(topology: Topology, collective: Collective, *, rings: int | None 
     best.info.update(_ring_info(topology, sets[best_count]), rings=best_count,
                      algbw_by_ring_count=[[count, float(bw)] for count, bw in tried.items()])
     best.info.update(schedule_facts(best, topology))
+    if max_steps and not rings:  # where the lowering starts splitting the rings' steps
+        best.info["min_segments"] = segments_needed(collective, best_count, max_steps)
     return best
 
 
