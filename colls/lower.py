@@ -169,7 +169,9 @@ def _split_counts(ops: list[Op], max_cnt: int) -> list[Op]:
 
     Pieces on one connection would be several messages per stage of a pipeline, and a ring whose
     every rank sends two messages before it receives fills the connection FIFOs and deadlocks; on
-    separate lanes (channels) each connection keeps one message per stage.
+    separate lanes (channels) each connection keeps one message per stage. A local copy or reduce uses
+    no connection: its pieces stay on its lane (new lanes would take channels the ring's step segments
+    need: a broadcast root's copy of 128 chunks would double the lanes of 8 rings).
     """
     if all(op.count <= max_cnt for op in ops):
         return ops
@@ -182,7 +184,8 @@ def _split_counts(ops: list[Op], max_cnt: int) -> list[Op]:
         for piece, start in enumerate(range(0, op.count, max_cnt)):
             n = min(max_cnt, op.count - start)
             out.append(replace(op, count=n, src_index=op.src_index + start,
-                               dst_index=op.dst_index + start, lane=op.lane + piece * stride,
+                               dst_index=op.dst_index + start,
+                               lane=op.lane if op.local else op.lane + piece * stride,
                                reduce=None if op.reduce is None else (op.reduce[0], op.reduce[1] + start)))
     return out
 

@@ -175,7 +175,7 @@ def check_limits(topology: Topology, collective: Collective, method: str, tgt: T
     elif method == "ring" and collective.kind == "alltoall":  # every routed pair straight, others relayed
         peers = sum(1 for b in range(1, n) if topology.route(0, b) is not None)
     if peers > limit_tbs:
-        raise LimitError(f"{method} {collective.kind} on {topology.name}: a rank sends to {peers} peers, "
+        raise LimitError(f"{method} {collective.kind} on {topology.name}: a rank talks to {peers} peers, "
                          f"one threadblock each, but {tgt.name} on this GPU runs at most {limit_tbs} "
                          f"threadblocks per GPU; try " + ("--method trees" if collective.kind !=
                                                           "alltoall" else "fewer --nodes"))

@@ -746,8 +746,13 @@ def instructions_per_ring(collective: Collective, rings: int) -> int:
 def segments_needed(collective: Collective, rings: int, max_steps: int) -> int:
     """Step segments (each on channels of its own) one ring needs so that no threadblock exceeds
     ``max_steps``: its instructions in pieces, plus the one send that starts each later segment
-    (a partial sum stored at the end of one segment is sent on in the next)."""
+    (a partial sum stored at the end of one segment is sent on in the next). Segments cut the
+    schedule's steps: a chain (broadcast, reduce) spans N k + N - 2 steps, and a rank in its middle
+    works at every step of a segment, so a segment may be no longer than a threadblock's steps."""
     need = instructions_per_ring(collective, rings)
+    if collective.kind in ("broadcast", "reduce"):
+        n = collective.nranks
+        need = n * (need // (n - 1)) + n - 2 if n > 1 else need
     seg = max(1, -(-need // max_steps))
     while -(-need // seg) + 1 > max_steps and seg < need:
         seg += 1
