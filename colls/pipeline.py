@@ -152,13 +152,19 @@ def check_limits(topology: Topology, collective: Collective, method: str, tgt: T
     """
     n = collective.nranks
     options = options or {}
-    hint = "fewer --chunks, fewer --nodes" + ("" if tgt.name == "old" else ", or --target old")
+    steps = least_instructions(collective, method, instances, options.get("rings"))
+    old = get_target("old")
+    tries = ["fewer --chunks"] if collective.chunks > 1 else []
+    tries += ["fewer --instances"] if instances > 1 else []
+    tries += ["fewer --nodes"]
+    if tgt.name != "old" and steps <= old.max_steps * min(old.max_tbs, topology.min_sms()):
+        tries.append("--target old")  # no element limit there, 256 steps per threadblock
+    hint = " or ".join(tries)
     buffer = max(collective.in_chunks, collective.out_chunks) * instances
     if buffer - 1 - (tgt.max_cnt - 2) > verify.MAX_OFFSET:  # the last chunk's step starts there
         raise LimitError(f"{collective.kind} of {n} ranks at chunk factor {collective.chunks * instances} "
                          f"has {buffer} chunks per buffer; step offsets are int16 (at most 32767) in "
                          f"every runtime's loader; try fewer --chunks or --instances")
-    steps = least_instructions(collective, method, instances, options.get("rings"))
     if tgt.max_elements is not None:
         tbs = -(-steps // tgt.max_steps) if steps else 1
         elements = 1 + n + max(1, tbs) + max(1, steps)
