@@ -31,7 +31,7 @@ from colls.collectives import Collective, busbw_factor
 from colls.errors import CollsError, LimitError
 from colls.program import PROTOCOLS, Program
 from colls.schedule import Schedule
-from colls.targets import Target, get_target
+from colls.targets import MAX_OFFSET, Target, get_target
 from colls.topology import Topology
 
 MODES = ("both", "inplace", "outofplace")
@@ -161,7 +161,7 @@ def check_limits(topology: Topology, collective: Collective, method: str, tgt: T
         tries.append("--target old")  # no element limit there, 256 steps per threadblock
     hint = " or ".join(tries)
     buffer = max(collective.in_chunks, collective.out_chunks) * instances
-    if buffer - 1 - (tgt.max_cnt - 2) > verify.MAX_OFFSET:  # the last chunk's step starts there
+    if buffer - 1 - (tgt.max_cnt - 2) > MAX_OFFSET:  # the last chunk's step starts there
         raise LimitError(f"{collective.kind} of {n} ranks at chunk factor {collective.chunks * instances} "
                          f"has {buffer} chunks per buffer; step offsets are int16 (at most 32767) in "
                          f"every runtime's loader; try fewer --chunks or --instances")

@@ -10,6 +10,10 @@ from dataclasses import dataclass
 from colls.errors import CollsError
 
 
+# Every runtime stores step offsets as int16_t (mscclTransmission in msccl_struct.h).
+MAX_OFFSET = 2**15 - 1
+
+
 @dataclass(frozen=True)
 class Target:
     name: str
