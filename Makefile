@@ -31,6 +31,7 @@ wheel-check: install
 
 bench: install
 	$(PY) bench/run.py
+	$(PY) bench/scale.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

@@ -198,7 +198,9 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
                          key="--rings" if rings is not None else "--trees-per-gpu")
     result = pipeline.compile_schedule(topo, coll, method, target=target, instances=instances,
                                        proto=proto, min_bytes=min_bytes, max_bytes=max_bytes,
-                                       mode=mode, options=options)
+                                       mode=mode, options=options,
+                                       progress=(lambda line: click.echo(f"colls: {line}", err=True))
+                                       if sys.stderr.isatty() else None)
     pipeline.write_atomic(output, result.text)
     if as_json:
         _echo_json(dict(result.facts, output=output))

@@ -83,25 +83,43 @@ def lower(schedule: Schedule, target: Target, options: LowerOptions | None = Non
     """Turn ``schedule`` into a Program that fits ``target``'s limits (or raise CollsError)."""
     options = options or LowerOptions()
     # Within a step, local ops go last: a rank's first sends then never wait for its own copies.
-    ops = _split_counts(schedule.execution_order(), target.max_cnt - 1)
-    keys = {id(op): (op.step, i) for i, op in enumerate(ops)}
-    anchor = _anchor_steps(ops)
-    lanes = sorted({op.lane for op in ops})
+    all_ops = _split_counts(schedule.execution_order(), target.max_cnt - 1)
+    lanes = sorted({op.lane for op in all_ops})
     nsteps = max(1, schedule.nsteps)
     limit_tbs = min(target.max_tbs, options.sms) if options.sms else target.max_tbs
-    no_fuse: set = set()
     last_error = None
-    for nseg in range(1, target.max_channels + 1):
+    # a method that knows its segments (rings) says where to start; fewer would not fit anyway
+    for nseg in range(min(schedule.info.get("min_segments", 1), target.max_channels),
+                      target.max_channels + 1):
         base = min(len(lanes), max(1, target.max_channels // nseg))
         if base * nseg > target.max_channels:
             break
         lane_chan = {lane: (k % base) * nseg for k, lane in enumerate(lanes)}
+        ops, anchor, scratch = _segment(all_ops, nseg, nsteps, schedule.scratch)
+        keys = {id(op): (op.step, i) for i, op in enumerate(ops)}
 
         def chan_of(op: Op, nseg=nseg, lane_chan=lane_chan) -> int:
             return lane_chan[op.lane] + min(nseg - 1, anchor[id(op)] * nseg // nsteps)
 
+        least = _least_steps(ops, chan_of)
+        if least > target.max_steps:  # no threadblock layout can fit: try more segments at once
+            last_error = (f"{schedule.method} {schedule.collective.kind}: needs at least {least} steps "
+                          f"in one threadblock; {target.name} allows {target.max_steps}")
+            continue
+
+        no_fuse = set()  # keyed by the ids of this segmentation's ops
         while True:
-            instrs = _instructions(ops, keys, chan_of, no_fuse, schedule.collective)
+            try:
+                instrs = _instructions(ops, keys, chan_of, no_fuse, schedule.collective)
+            except CollsError:
+                if base == len(lanes):
+                    raise
+                raise LimitError(
+                    f"{schedule.method} {schedule.collective.kind}: {len(lanes)} lanes (rings, trees or "
+                    f"instances) split into {nseg} step segments of at most {target.max_steps} steps "
+                    f"need {len(lanes) * nseg} channels; {target.name} allows {target.max_channels}; "
+                    f"try fewer --rings, --instances or --chunks"
+                    + ("" if target.name == "old" else ", or --target old")) from None
             tbs, bad = _threadblocks(instrs)
             if not bad:
                 _dependencies(instrs, schedule.collective)
@@ -111,25 +129,39 @@ def lower(schedule: Schedule, target: Target, options: LowerOptions | None = Non
             if bad <= no_fuse:
                 raise AssertionError("lowering could not resolve a fusion conflict")
             no_fuse |= bad
-        program = _assemble(schedule, tbs, options, target)
+        program = _assemble(schedule, tbs, options, target, scratch)
         steps, tbmax = program.max_steps(), program.max_tbs()
         if tbmax > limit_tbs:
             what = f"the GPU's {options.sms} SMs" if options.sms and options.sms < target.max_tbs \
                 else f"the target's {target.max_tbs}"
             raise LimitError(f"{schedule.method} {schedule.collective.kind}: needs {tbmax} threadblocks "
                              f"per GPU, more than {what} (threadblocks must all be resident); try fewer "
-                             f"--instances")
+                             f"--instances or --chunks, or another --method")
         per_chan = _max_tbs_per_channel(program)
         if target.max_tbs_per_channel and per_chan > target.max_tbs_per_channel:
             raise LimitError(f"{schedule.method} {schedule.collective.kind}: needs {per_chan} threadblocks "
                              f"with a peer on one channel; {target.name} allows "
-                             f"{target.max_tbs_per_channel}")
+                             f"{target.max_tbs_per_channel}; try fewer --instances or --chunks, or "
+                             f"another --method")
         if steps <= target.max_steps:
             return program
         last_error = (f"{schedule.method} {schedule.collective.kind}: needs {steps} steps in one "
                       f"threadblock; {target.name} allows {target.max_steps}")
     raise LimitError(f"{last_error}, and splitting it across channels would need more than "
-                     f"{target.max_channels} channels")
+                     f"{target.max_channels} channels; try fewer --rings, --instances or --chunks"
+                     + ("" if target.name == "old" else ", or --target old (256 steps)"))
+
+
+def _least_steps(ops: list[Op], chan_of) -> int:
+    """A lower bound on the steps of the busiest threadblock: every op received from one peer on one
+    channel is an instruction of the one threadblock with that receive peer, and likewise for sends."""
+    count: dict = defaultdict(int)
+    for op in ops:
+        if not op.local:
+            c = chan_of(op)
+            count[(op.dst, c, "r", op.src)] += 1
+            count[(op.src, c, "s", op.dst)] += 1
+    return max(count.values(), default=0)
 
 
 def _split_counts(ops: list[Op], max_cnt: int) -> list[Op]:
@@ -137,7 +169,9 @@ def _split_counts(ops: list[Op], max_cnt: int) -> list[Op]:
 
     Pieces on one connection would be several messages per stage of a pipeline, and a ring whose
     every rank sends two messages before it receives fills the connection FIFOs and deadlocks; on
-    separate lanes (channels) each connection keeps one message per stage.
+    separate lanes (channels) each connection keeps one message per stage. A local copy or reduce uses
+    no connection: its pieces stay on its lane (new lanes would take channels the ring's step segments
+    need: a broadcast root's copy of 128 chunks would double the lanes of 8 rings).
     """
     if all(op.count <= max_cnt for op in ops):
         return ops
@@ -150,22 +184,45 @@ def _split_counts(ops: list[Op], max_cnt: int) -> list[Op]:
         for piece, start in enumerate(range(0, op.count, max_cnt)):
             n = min(max_cnt, op.count - start)
             out.append(replace(op, count=n, src_index=op.src_index + start,
-                               dst_index=op.dst_index + start, lane=op.lane + piece * stride,
+                               dst_index=op.dst_index + start,
+                               lane=op.lane if op.local else op.lane + piece * stride,
                                reduce=None if op.reduce is None else (op.reduce[0], op.reduce[1] + start)))
     return out
 
 
-def _anchor_steps(ops: list[Op]) -> dict:
-    """The step that decides an op's segment: an op that forwards an in-flight value keeps the segment
-    (so the channel) of the op that produced it, because the two must become one instruction."""
-    producer: dict = {}
-    anchor: dict = {}
-    for op in ops:
-        src = producer.get((op.src, op.src_buf, op.src_index)) if op.src_buf == TRANSIENT else None
-        anchor[id(op)] = anchor[id(src)] if src is not None else op.step
+def _segment(ops: list[Op], nseg: int, nsteps: int, scratch: int) -> tuple[list[Op], dict, int]:
+    """The steps that decide the ops' segments, with in-flight values stored where a chain crosses one.
+
+    An op that forwards an in-flight value must become one instruction with the op that produced it, so
+    it keeps that op's segment (and channel). A chain that would cross into the next segment (a ring
+    reduce-scatter of N ranks is one chain of N-1 steps) is cut there instead: the producing op stores
+    the partial result in a scratch chunk of its own on the receiving rank (a receive-reduce-copy at the
+    end of one segment), and the forwarding op sends it from there (a send at the start of the next
+    segment, which waits for the store). Returns (ops, id(op) -> anchor step, scratch chunks per rank).
+    """
+    def seg(step: int) -> int:
+        return min(nseg - 1, step * nseg // nsteps)
+
+    out = list(ops)
+    producer: dict = {}  # in-flight slot -> index in out of the op that produced it
+    anchor: dict = {}    # index in out -> anchor step
+    used: dict = defaultdict(int)
+    for i, op in enumerate(out):
+        if op.src_buf == TRANSIENT and (op.src, op.src_buf, op.src_index) in producer:
+            j = producer.pop((op.src, op.src_buf, op.src_index))
+            if seg(anchor[j]) == seg(op.step):
+                anchor[i] = anchor[j]
+            else:
+                slot = scratch + used[op.src]
+                used[op.src] += op.count
+                out[j] = replace(out[j], dst_buf="s", dst_index=slot)
+                op = out[i] = replace(op, src_buf="s", src_index=slot)
+                anchor[i] = op.step
+        else:
+            anchor[i] = op.step
         if op.dst_buf == TRANSIENT:
-            producer[(op.dst, op.dst_buf, op.dst_index)] = op
-    return anchor
+            producer[(op.dst, op.dst_buf, op.dst_index)] = i
+    return out, {id(op): anchor[i] for i, op in enumerate(out)}, scratch + max(used.values(), default=0)
 
 
 def _instructions(ops, keys, chan_of, no_fuse, coll: Collective) -> list[_Instr]:
@@ -380,7 +437,8 @@ def _accesses(ins: _Instr, coll: Collective) -> tuple[set, set]:
     return _locations(reads, coll), _locations(writes, coll)
 
 
-def _assemble(schedule: Schedule, tbs: list[_Tb], options: LowerOptions, target: Target) -> Program:
+def _assemble(schedule: Schedule, tbs: list[_Tb], options: LowerOptions, target: Target,
+              scratch: int) -> Program:
     coll = schedule.collective
     by_rank: dict = defaultdict(list)
     for tb in tbs:
@@ -415,7 +473,7 @@ def _assemble(schedule: Schedule, tbs: list[_Tb], options: LowerOptions, target:
                 steps.append(step)
                 step._ins = ins  # type: ignore[attr-defined]
             gtbs.append(Threadblock(tb.id, tb.send, tb.recv, tb.chan, steps))
-        gpus.append(Gpu(rank, coll.in_chunks, coll.out_chunks, schedule.scratch, gtbs))
+        gpus.append(Gpu(rank, coll.in_chunks, coll.out_chunks, scratch, gtbs))
     for g in gpus:
         for tb in g.tbs:
             for st in tb.steps:

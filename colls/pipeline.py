@@ -16,8 +16,10 @@ can stop after any of them and look at what it produced::
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Callable
 
 from colls import bound as bounds
 from colls import lower as lowering
@@ -27,7 +29,7 @@ from colls.errors import CollsError, LimitError
 from colls.files import write_atomic  # noqa: F401  (the last stage; lives with the safe file handling)
 from colls.program import PROTOCOLS, Program
 from colls.schedule import Schedule
-from colls.targets import Target, get_target
+from colls.targets import MAX_OFFSET, Target, get_target
 from colls.topology import Topology
 
 MODES = ("both", "inplace", "outofplace")
@@ -83,20 +85,130 @@ class Compiled:
 
 def compile_schedule(topology: Topology, collective: Collective, method: str, *, target: str = "exe",
                      instances: int = 1, proto: str = "Simple", min_bytes: int = 0, max_bytes: int = 0,
-                     mode: str = "both", options: dict | None = None) -> Compiled:
+                     mode: str = "both", options: dict | None = None,
+                     progress: Callable[[str], None] | None = None) -> Compiled:
     """Synthesize, lower, emit and prove one schedule. Raises CollsError when any stage refuses.
 
     For ``trees`` without ``trees_per_gpu``, the optimal number of trees per GPU is tried first and,
     while the program exceeds the target's limits, the next smaller one; the facts then say what the
     optimum was, what was achieved and which limit decided.
+
+    Before any synthesis, :func:`check_limits` refuses (LimitError, in milliseconds) what the target
+    cannot load whatever the schedule. ``progress``, when given, is called with one line per stage
+    once the work has taken more than a second (the CLI prints them on a terminal).
     """
+    with msccl.paused_gc():  # millions of acyclic objects: a third of a 128-rank ring's time
+        return _compile(topology, collective, method, target, instances, proto, min_bytes, max_bytes,
+                        mode, options, _Progress(progress))
+
+
+class _Progress:
+    """Stage lines for a caller's callback, from the first stage that starts a second or more in."""
+
+    def __init__(self, callback: Callable[[str], None] | None):
+        self.callback = callback
+        self.start = time.perf_counter()
+
+    def __call__(self, stage: str) -> None:
+        elapsed = time.perf_counter() - self.start
+        if self.callback is not None and elapsed >= 1.0:
+            self.callback(f"{stage} ({elapsed:.0f} s so far)")
+
+
+def least_instructions(collective: Collective, method: str, instances: int = 1,
+                       rings: int | None = None) -> int:
+    """A lower bound on the instructions (steps) of the busiest rank of any program ``method`` makes.
+
+    Every rank must receive (or send) a share of the data the collective defines (allgather: the N-1
+    other ranks' chunks; reducescatter: a sum for each other rank's chunks; allreduce, broadcast,
+    reduce: one chunk per chunk of the buffer); a step carries at most ``cnt`` < 72 chunks, and the
+    ring and trees methods, like replicated schedules, move one chunk per step. Rings need more: the
+    instructions of :func:`colls.synth.ring.instructions_per_ring` for each ring.
+    """
+    from colls.synth import ring
+    n, c, kind = collective.nranks, collective.chunks * instances, collective.kind
+    if n == 1:
+        return 0
+    if method == "trees" and kind == "allreduce":
+        c = max(c, n)  # a chunk per root at least (the chunk factor is N k)
+    share = {"allgather": (n - 1) * c, "reducescatter": (n - 1) * c, "alltoall": (n - 1) * c}.get(kind, c)
+    per_step = 1 if method in ("ring", "trees") or instances > 1 else 71
+    least = -(-share // per_step)
+    if method == "ring" and kind != "alltoall":
+        counts = [rings] if rings else range(1, ring.MAX_CHANNELS + 1)
+        coll = collective.with_chunks(c)
+        least = max(least, min(r * ring.instructions_per_ring(coll, r) for r in counts))
+    return least
+
+
+def check_limits(topology: Topology, collective: Collective, method: str, tgt: Target,
+                 instances: int = 1, options: dict | None = None) -> None:
+    """Refuse, before any synthesis, what ``tgt`` cannot load whatever schedule ``method`` writes.
+
+    Every figure is a lower bound on what the program needs, so nothing the full pipeline could write
+    is refused. The limits are the loaders' (RCCL's src/include/msccl/msccl_struct.h, the executor's
+    msccl_parser): each rank parses the ``<algo>``, every ``<gpu>`` element and its own threadblocks and
+    steps, fewer than MSCCL_MAX_NODES = 4096 elements; offsets are int16 (at most 32767); a direct
+    schedule talks to N-1 peers, one threadblock each.
+    """
+    n = collective.nranks
+    options = options or {}
+    steps = least_instructions(collective, method, instances, options.get("rings"))
+    old = get_target("old")
+    tries = ["fewer --chunks"] if collective.chunks > 1 else []
+    tries += ["fewer --instances"] if instances > 1 else []
+    tries += ["fewer --nodes"]
+    if tgt.name != "old" and steps <= old.max_steps * min(old.max_tbs, topology.min_sms()):
+        tries.append("--target old")  # no element limit there, 256 steps per threadblock
+    hint = " or ".join(tries)
+    buffer = max(collective.in_chunks, collective.out_chunks) * instances
+    if buffer - 1 - (tgt.max_cnt - 2) > MAX_OFFSET:  # the last chunk's step starts there
+        raise LimitError(f"{collective.kind} of {n} ranks at chunk factor {collective.chunks * instances} "
+                         f"has {buffer} chunks per buffer; step offsets are int16 (at most 32767) in "
+                         f"every runtime's loader; try fewer --chunks or --instances")
+    if tgt.max_elements is not None:
+        tbs = -(-steps // tgt.max_steps) if steps else 1
+        elements = 1 + n + max(1, tbs) + max(1, steps)
+        if elements >= tgt.max_elements:
+            raise LimitError(
+                f"{method} {collective.kind} on {topology.name}: each rank's loader would parse at least "
+                f"{elements} XML elements (1 algo + {n} gpu elements + at least {max(1, tbs)} "
+                f"threadblocks and {steps} steps of its own); {tgt.name} stops at {tgt.max_elements} "
+                f"(MSCCL_MAX_NODES); try {hint}")
+    limit_tbs = min(tgt.max_tbs, topology.min_sms())
+    peers = 0
+    if method == "direct":  # every pair, or the method refuses
+        peers = n - 1
+    elif method == "ring" and collective.kind == "alltoall":  # every routed pair straight, others relayed
+        peers = sum(1 for b in range(1, n) if topology.route(0, b) is not None)
+    if peers > limit_tbs:
+        raise LimitError(f"{method} {collective.kind} on {topology.name}: a rank talks to {peers} peers, "
+                         f"one threadblock each, but {tgt.name} on this GPU runs at most {limit_tbs} "
+                         f"threadblocks per GPU; try " + ("--method trees" if collective.kind !=
+                                                          "alltoall" else "fewer --nodes"))
+    if steps > tgt.max_steps * limit_tbs:
+        raise LimitError(f"{method} {collective.kind} on {topology.name}: a rank needs at least {steps} "
+                         f"steps, more than {limit_tbs} threadblocks of {tgt.max_steps} steps hold; "
+                         f"try {hint}")
+
+
+def _compile(topology, collective, method, target, instances, proto, min_bytes, max_bytes, mode,
+             options, progress) -> Compiled:
     tgt = get_target(target)
     _check_options(topology, collective, tgt, instances, proto, min_bytes, max_bytes, mode)
+    synth.get_method(method)
+    check_limits(topology, collective, method, tgt, instances, options)
     if tgt.name == "old" and max_bytes == 0:
         max_bytes = OLD_NO_LIMIT
     options = dict(options or {})
+    if method == "trees":
+        options.setdefault("max_tbs", tgt.max_tbs)  # lanes are chosen to fit what the runtime loads
+    if method == "ring" and "rings" not in options:  # ring counts are chosen among those that fit
+        options.update(max_steps=tgt.max_steps, max_channels=tgt.max_channels)
     settings = dict(instances=instances, proto=proto, min_bytes=min_bytes, max_bytes=max_bytes,
-                    mode=mode)
+                    mode=mode, progress=progress)
+    if method == "ring" and "rings" not in options and collective.kind != "alltoall":
+        return _compile_ring(topology, collective, tgt, options, settings)
     if method != "trees" or "trees_per_gpu" in options:
         return _compile_once(topology, collective, method, tgt, options, **settings)
     from colls.synth import trees
@@ -118,11 +230,39 @@ def compile_schedule(topology: Topology, collective: Collective, method: str, *,
                      f"{tgt.name} (tried {', '.join(str(k) for k, _ in refused)}): {refused[-1][1]}")
 
 
+def _compile_ring(topology, collective, tgt, options, settings) -> Compiled:
+    """The default ring count first; while the program exceeds the target's limits (threadblocks,
+    channels), the best count among the smaller ones."""
+    refused: list = []
+    while True:
+        seen: dict = {}
+        try:
+            result = _compile_once(topology, collective, "ring", tgt, options, seen=seen, **settings)
+        except LimitError as e:
+            rings = seen.get("rings", 1)
+            refused.append((rings, str(e)))
+            if rings <= 1:
+                raise
+            options = dict(options, max_rings=rings - 1)
+            continue
+        if refused:
+            result.facts["limited_by"] = (f"{refused[0][0]} rings would not fit {tgt.name}: "
+                                          f"{refused[0][1]}")
+            result.facts["rings_tried"] = [r for r, _ in refused] + [seen["rings"]]
+        return result
+
+
 def _compile_once(topology: Topology, collective: Collective, method: str, tgt: Target, options: dict,
-                  *, instances: int, proto: str, min_bytes: int, max_bytes: int, mode: str) -> Compiled:
+                  *, instances: int, proto: str, min_bytes: int, max_bytes: int, mode: str,
+                  progress: _Progress, seen: dict | None = None) -> Compiled:
+    progress(f"synthesizing {method} {collective.kind} for {collective.nranks} ranks")
     schedule = synth.get_method(method)(topology, collective, **options)
+    if seen is not None:
+        seen.update(schedule.info)
+    progress(f"checking the schedule ({len(schedule.ops)} transfers)")
     schedule.check()
     schedule = schedule.replicate(instances)
+    progress("lowering to the MSCCL IR")
     opts = lowering.LowerOptions(
         proto=proto, min_bytes=min_bytes, max_bytes=max_bytes,
         inplace=mode in ("both", "inplace"), outofplace=mode in ("both", "outofplace"),
@@ -130,6 +270,7 @@ def _compile_once(topology: Topology, collective: Collective, method: str, tgt: 
         sms=topology.min_sms())
     program = lowering.lower(schedule, tgt, opts)
     text = msccl.emit(program)
+    progress(f"verifying the file ({len(text) // 1024} KiB)")
     parsed, text_findings = msccl.parse(text, source="<generated>")
     report = verify.verify(parsed, tgt, sms=topology.min_sms(), findings=text_findings)
     if not report.ok:

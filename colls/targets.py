@@ -10,6 +10,10 @@ from dataclasses import dataclass
 from colls.errors import CollsError
 
 
+# Every runtime stores step offsets as int16_t (mscclTransmission in msccl_struct.h).
+MAX_OFFSET = 2**15 - 1
+
+
 @dataclass(frozen=True)
 class Target:
     name: str
@@ -45,7 +49,9 @@ _EXE_ATTRS = ("nchunksperloop", "nchannels", "ngpus", "proto", "coll", "minBytes
 TARGETS: dict[str, Target] = {
     "exe": Target("exe", "MSCCL executor for NCCL 2.23", 64, 1024, 32, 32, 4096, 1024, 72,
                   _EXE_ATTRS, _EXE_COLLS),
-    "rccl": Target("rccl", "ROCm RCCL", 64, 1024, 32, 32, 4096, 1024, 72, _EXE_ATTRS, _EXE_COLLS),
+    # RCCL's loader refuses more than MSCCL_MAX_NUM_THREAD_BLOCKS = 64 threadblocks per GPU ("MSCCL: too
+    # many thread blocks are requested. Max thread blocks: 64", src/include/msccl/msccl_struct.h).
+    "rccl": Target("rccl", "ROCm RCCL", 64, 64, 32, 32, 4096, 1024, 72, _EXE_ATTRS, _EXE_COLLS),
     "old": Target("old", "microsoft/msccl (NCCL 2.12)", 256, 216, 32, None, None, None, 72,
                   ("name", "nchunksperloop", "nchannels", "ngpus", "proto", "coll", "inplace"),
                   tuple(c if c != "reducescatter" else "reduce_scatter" for c in _EXE_COLLS)),

@@ -99,6 +99,20 @@ def test_trees_written_file_reaches_97_percent_of_the_bound(cluster, kind):
     algbw = result.schedule.model_algbw(cluster)[0]
     assert algbw >= 0.97 * reference, (float(algbw), float(reference))
     assert algbw <= b.algbw  # never above the optimum: the model and the bound agree
+    if cluster.name.startswith("mi250"):
+        _assert_fits_rccl(cluster, kind, algbw)
+
+
+def _assert_fits_rccl(cluster, kind, exe_algbw):
+    """RCCL loads at most 64 threadblocks per GPU (MSCCL_MAX_NUM_THREAD_BLOCKS): the trees share
+    threadblocks to fit, and keep the rate the exe file has."""
+    result = pipeline.compile_schedule(cluster, Collective(kind, cluster.ngpus), "trees", target="rccl")
+    assert TARGETS["rccl"].max_tbs == 64
+    assert result.program.max_tbs() <= 64
+    parsed, findings = msccl.parse(result.text, "<test>")
+    report = verify.verify(parsed, TARGETS["rccl"], sms=cluster.min_sms(), findings=findings)
+    assert report.ok, report.format()
+    assert result.schedule.model_algbw(cluster)[0] == exe_algbw
 
 
 def test_trees_unconstrained_packing_matches_the_bound(cluster):

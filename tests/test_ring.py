@@ -334,3 +334,18 @@ def test_random_sizes_and_chunk_factors_check(n, chunks, kind, mesh, data):
         s = get_method(method)(topo, Collective(kind, n, chunks, root))
         s.check()
         assert s.collective.chunks >= chunks
+
+
+def test_ring_counts_fit_the_channels_once_their_steps_are_split():
+    """128 ranks: an allreduce ring runs 254 steps per rank, a broadcast chain spans 254 steps; at 64
+    steps per threadblock (one more for the send that starts a segment) that is five segments, so at
+    most six rings fit 32 channels."""
+    from colls.synth.ring import fitting_counts, instructions_per_ring, segments_needed
+    for kind in ("allreduce", "broadcast"):
+        coll = Collective(kind, 128)
+        assert segments_needed(coll, 8, 64) == 5
+        assert fitting_counts(coll, range(1, 9), 64, 32) == [1, 2, 3, 4, 5, 6]
+    assert instructions_per_ring(Collective("allreduce", 128), 8) == 254
+    coll = Collective("allgather", 16)  # 15 steps: one segment, every count fits
+    assert fitting_counts(coll, range(1, 9), 64, 32) == list(range(1, 9))
+    assert fitting_counts(coll, range(1, 9), None, None) == list(range(1, 9))

@@ -729,14 +729,62 @@ def _ring_schedule(topology: Topology, coll: Collective, rings: list[Ring]) -> S
 # --------------------------------------------------------------------------------------------------------
 # The method
 # --------------------------------------------------------------------------------------------------------
+def instructions_per_ring(collective: Collective, rings: int) -> int:
+    """A lower bound on the instructions one rank runs for one ring of ``rings`` (each ring a lane of
+    its own): one per chunk it receives or sends on that ring, the hops of the module table times the
+    chunk columns the ring owns at the chunk factor it will have."""
+    n, kind = collective.nranks, collective.kind
+    per = rings * _unit(kind, n)
+    k = -(-collective.chunks // per)
+    if kind == "allreduce":
+        return 2 * (n - 1) * k
+    if kind in ("broadcast", "reduce"):
+        return (n - 1) * k  # the chain's N k segments pass every rank but its last one
+    return (n - 1) * k
+
+
+def segments_needed(collective: Collective, rings: int, max_steps: int) -> int:
+    """Step segments (each on channels of its own) one ring needs so that no threadblock exceeds
+    ``max_steps``: its instructions in pieces, plus the one send that starts each later segment
+    (a partial sum stored at the end of one segment is sent on in the next). Segments cut the
+    schedule's steps: a chain (broadcast, reduce) spans N k + N - 2 steps, and a rank in its middle
+    works at every step of a segment, so a segment may be no longer than a threadblock's steps."""
+    need = instructions_per_ring(collective, rings)
+    if collective.kind in ("broadcast", "reduce"):
+        n = collective.nranks
+        need = n * (need // (n - 1)) + n - 2 if n > 1 else need
+    seg = max(1, -(-need // max_steps))
+    while -(-need // seg) + 1 > max_steps and seg < need:
+        seg += 1
+    return seg
+
+
+def fitting_counts(collective: Collective, counts, max_steps: int | None,
+                   max_channels: int | None) -> list[int]:
+    """The ring counts in ``counts`` whose rings, each split into :func:`segments_needed` segments,
+    fit ``max_channels`` channels (all of ``counts`` when no limits are given; at least the smallest)."""
+    counts = sorted(counts)
+    if not max_steps or not max_channels:
+        return counts
+    fit = [r for r in counts if r * segments_needed(collective, r, max_steps) <= max_channels]
+    return fit or counts[:1]
+
+
 def synthesize(topology: Topology, collective: Collective, *, rings: int | None = None,
-               **options) -> Schedule:
+               max_steps: int | None = None, max_channels: int | None = None,
+               max_rings: int | None = None, **options) -> Schedule:
     """A ring schedule of ``collective`` on ``topology``.
 
     Parameters
     ----------
     rings : number of rings (lanes); default: the count in 1..8 (or the number of NIC rails, if more)
         with the best modelled algbw, fewest rings on a tie.
+    max_steps, max_channels : the target's steps per threadblock and channels; the default count is
+        then chosen among the counts whose rings fit them when split into step segments
+        (:func:`fitting_counts`; a ring of 128 ranks runs 254 allreduce instructions per rank, four
+        or five threadblocks of at most 64 steps).
+    max_rings : the largest default count to consider (the pipeline lowers it when a program with
+        more rings exceeded the target's limits).
     options : accepted and ignored (the pipeline passes every method the same options).
 
     Raises CollsError when the rank count is not the topology's GPU count, ``rings`` is out of range, or
@@ -757,7 +805,8 @@ def synthesize(topology: Topology, collective: Collective, *, rings: int | None 
         if rings not in (None, 1):
             schedule.info["note"] = "alltoall shifts use one lane; rings ignored"
         return schedule
-    counts = [rings] if rings else list(range(1, planner.default_count + 1))
+    top = min(planner.default_count, max_rings or planner.default_count)
+    counts = [rings] if rings else fitting_counts(collective, range(1, top + 1), max_steps, max_channels)
     sets = planner.ring_sets(counts)
     tried = {count: model_algbw(topology, collective, ring_set) for count, ring_set in sets.items()}
     best_count = min(tried, key=lambda count: (-tried[count], count))
@@ -765,6 +814,8 @@ def synthesize(topology: Topology, collective: Collective, *, rings: int | None 
     best.info.update(_ring_info(topology, sets[best_count]), rings=best_count,
                      algbw_by_ring_count=[[count, float(bw)] for count, bw in tried.items()])
     best.info.update(schedule_facts(best, topology))
+    if max_steps and not rings:  # where the lowering starts splitting the rings' steps
+        best.info["min_segments"] = segments_needed(collective, best_count, max_steps)
     return best
 
 

@@ -324,7 +324,8 @@ def k_candidates(topology: Topology, collective: Collective, max_k: int | None =
 
 
 def synthesize(topology: Topology, collective: Collective, trees_per_gpu: int | None = None,
-               max_k: int | None = None, lanes: int | None = None, **options) -> Schedule:
+               max_k: int | None = None, lanes: int | None = None, max_tbs: int | None = None,
+               **options) -> Schedule:
     """A tree schedule of ``collective`` on ``topology`` (module docstring).
 
     Parameters
@@ -332,6 +333,7 @@ def synthesize(topology: Topology, collective: Collective, trees_per_gpu: int | 
     trees_per_gpu : k, trees per root (default: :func:`k_candidates`' first).
     max_k : cap of the k search (default 8; 32 for broadcast and reduce, whose k trees are all).
     lanes : number of lanes (default: the most, up to 32, whose threadblocks fit the SM count).
+    max_tbs : threadblocks per GPU the target runtime loads (RCCL: 64), when below the SM count.
     options : accepted and ignored (the pipeline passes every method the same options).
 
     Raises
@@ -344,7 +346,8 @@ def synthesize(topology: Topology, collective: Collective, trees_per_gpu: int | 
     if n != topology.ngpus:
         raise CollsError(f"{METHOD}: the collective has {n} ranks but {topology.name} has "
                          f"{topology.ngpus} GPUs")
-    for name, val in (("trees_per_gpu", trees_per_gpu), ("max_k", max_k), ("lanes", lanes)):
+    for name, val in (("trees_per_gpu", trees_per_gpu), ("max_k", max_k), ("lanes", lanes),
+                      ("max_tbs", max_tbs)):
         if val is not None and not (isinstance(val, int) and not isinstance(val, bool) and val >= 1):
             raise CollsError(f"must be a positive integer, got {val!r}", key=name)
     if lanes is not None and lanes > MAX_LANES:
@@ -371,7 +374,7 @@ def synthesize(topology: Topology, collective: Collective, trees_per_gpu: int | 
     else:  # allreduce
         builder.reduce_up(plans[0].trees(k)[0], store="output")
         builder.gather_down(plans[1].trees(k)[0], from_input=False)
-    lane_of = _choose_lanes(builder, topology, lanes)
+    lane_of = _choose_lanes(builder, topology, lanes, max_tbs)
     ops, scratch = builder.finish(lane_of)
     nlanes = 1 + max(lane_of, default=0)
     schedule = Schedule(coll, ops, METHOD, scratch)
@@ -681,14 +684,18 @@ class _Builder:
 # --------------------------------------------------------------------------------------------------------
 # Lanes
 # --------------------------------------------------------------------------------------------------------
-def _choose_lanes(builder: _Builder, topology: Topology, lanes: int | None) -> list[int]:
+def _choose_lanes(builder: _Builder, topology: Topology, lanes: int | None,
+                  max_tbs: int | None = None) -> list[int]:
     """Deal trees round-robin onto L lanes: ``lanes`` if given, else the largest L <= 32 whose
-    threadblock estimate fits 90% of the smallest SM count of the topology's GPUs (1 if none does;
-    the margin covers fused pairs the lowering splits again to order a threadblock)."""
+    threadblock estimate fits 90% of the threadblocks a GPU may run (the smallest SM count of the
+    topology's GPUs, or ``max_tbs`` when the runtime allows fewer; 1 lane if none fits; the margin
+    covers fused pairs the lowering splits again to order a threadblock). Fewer lanes means more trees
+    share each lane's threadblocks, one after another."""
     groups = builder.group
     n = 1 + max(groups, default=0)
     if lanes is None:
-        sms = (9 * topology.min_sms()) // 10
+        limit = topology.min_sms() if max_tbs is None else min(max_tbs, topology.min_sms())
+        sms = (9 * limit) // 10
         lanes = 1
         for L in range(min(MAX_LANES, max(1, n)), 0, -1):
             if builder.threadblocks([g % L for g in groups]) <= sms:

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from colls.program import STEP_SEMANTICS, STEP_TYPES
 from colls.msccl import STEP_ATTRS
+from colls.targets import MAX_OFFSET
 from colls.verify.context import BUFFER_NAMES, BUFFERS, Context
 from colls.verify.rules import LOAD, MISREAD, UB, WRONG
 
 MAX_DEP_TB = 127                    # msccl_struct.h: int8_t dependentBid[...]
 MAX_REDUCE_FUSION = 16              # msccl_struct.h: MSCCL_MAX_REDUCE_FUSION
-MAX_OFFSET = 2**15 - 1              # msccl_struct.h: int16_t srcOffset, dstOffset
 # which offsets the loader checks, per type (checkSrc/checkDst in mscclGetAlgoFromXmlFile)
 _LOADER_CHECKS = {"s": (1, 0), "r": (0, 1), "rcs": (0, 1), "rrs": (1, 0), "rrc": (0, 0), "rrcs": (1, 1),
                   "cpy": (1, 1), "re": (1, 1), "nop": (0, 0)}

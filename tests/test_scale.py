@@ -1,0 +1,107 @@
+"""Scale: what the runtimes can load is refused up front, long rings are split across threadblocks, and
+every method either writes a verified file or refuses naming a limit (a fast subset of bench/scale.py,
+which runs the whole sweep up to 16 nodes)."""
+
+import time
+
+import pytest
+
+from colls import hardware, msccl, pipeline, verify
+from colls.collectives import KINDS, Collective
+from colls.errors import CollsError, LimitError
+from colls.targets import TARGETS
+
+# Words a refusal uses to say which limit or which applicability rule decided.
+LIMIT_WORDS = ("steps", "threadblocks", "channels", "elements", "int16", "no link", "no tree schedule",
+               "in-place", "route", "reachable", "cannot be reached")
+
+
+def _busiest_rank_steps(program) -> int:
+    return max(sum(len(tb.steps) for tb in g.tbs) for g in program.gpus)
+
+
+@pytest.mark.parametrize("name,nodes", [("dgx-a100", 1), ("dgx-a100", 2), ("mi250", 1), ("ndv2", 1),
+                                        ("dgx2", 1), ("dgx-h100", 1)])
+def test_every_method_writes_a_verified_file_or_names_the_limit(name, nodes):
+    topo = hardware.load_topology(name, nodes=nodes)
+    for method in ("ring", "direct", "trees"):
+        for kind in KINDS:
+            coll = Collective(kind, topo.ngpus)
+            try:
+                result = pipeline.compile_schedule(topo, coll, method, target="rccl")
+            except CollsError as e:
+                msg = str(e)
+                assert "\n" not in msg and "in-flight" not in msg, msg
+                assert any(w in msg for w in LIMIT_WORDS), msg
+                continue
+            assert result.program.max_tbs() <= TARGETS["rccl"].max_tbs
+            # the precheck's figure is a lower bound of what was written: it never refuses a file
+            least = pipeline.least_instructions(coll, method)
+            assert least <= _busiest_rank_steps(result.program), (method, kind)
+
+
+def test_precheck_refuses_too_many_ranks_in_milliseconds():
+    topo = hardware.load_topology("dgx-a100", nodes=520)  # 4160 GPUs: gpu elements alone pass 4096
+    t0 = time.perf_counter()
+    with pytest.raises(LimitError, match="MSCCL_MAX_NODES"):
+        pipeline.compile_schedule(topo, Collective("allgather", topo.ngpus), "ring")
+    assert time.perf_counter() - t0 < 1.0  # a precheck, not a synthesis (generous for slow CI)
+
+
+def test_precheck_refuses_chunk_factors_whose_offsets_overflow_int16():
+    topo = hardware.load_topology("dgx-a100", nodes=1)
+    with pytest.raises(LimitError, match="int16"):
+        pipeline.compile_schedule(topo, Collective("allgather", 8, chunks=100_000), "ring")
+    # the largest buffer that still fits is not refused by the precheck
+    coll = Collective("alltoall", 8, chunks=(32767 + 70 + 1) // 8)
+    pipeline.check_limits(topo, coll, "direct", TARGETS["old"])
+
+
+def test_precheck_counts_each_ranks_own_steps():
+    # ring allreduce: 2(N-1) steps per rank and ring; 1 + N + 2(N-1) + threadblocks passes 4096 at
+    # N = 1352 ranks whatever the ring count
+    coll = Collective("allreduce", 1400)
+    assert pipeline.least_instructions(coll, "ring") == 2 * 1399
+    topo = hardware.load_topology("dgx-a100", nodes=175)
+    with pytest.raises(LimitError, match="XML elements"):
+        pipeline.check_limits(topo, coll, "ring", TARGETS["exe"])
+    # the older runtime has no element limit: not refused there
+    pipeline.check_limits(topo, coll, "ring", TARGETS["old"])
+
+
+def test_direct_on_more_peers_than_threadblocks_is_refused_up_front():
+    topo = hardware.load_topology("dgx-a100", nodes=16)  # 127 peers, 108 SMs
+    with pytest.raises(LimitError, match="127 peers"):
+        pipeline.check_limits(topo, Collective("allgather", 128), "direct", TARGETS["exe"])
+
+
+@pytest.mark.parametrize("kind", ["allreduce", "reducescatter"])
+def test_long_rings_are_split_across_threadblocks_and_channels(kind):
+    """A ring of 72 ranks: a reduce-scatter chain of 71 steps in flight does not fit one threadblock of
+    64 steps; the partial sum is stored where the chain crosses into the next segment's channel."""
+    topo = hardware.load_topology("dgx-a100", nodes=9)
+    result = pipeline.compile_schedule(topo, Collective(kind, 72), "ring", options={"rings": 1})
+    assert result.report.ok
+    assert result.program.max_steps() <= 64 and result.program.nchannels >= 2
+    parsed, findings = msccl.parse(result.text, "<test>")
+    assert verify.verify(parsed, TARGETS["rccl"], sms=topo.min_sms(), findings=findings).ok
+
+
+def test_too_many_rings_for_the_channels_name_the_limit_and_what_to_try():
+    # 17 rings of 40 ranks, two chunks each: 78 steps a ring, two segments of channels at least
+    topo = hardware.load_topology("dgx-a100", nodes=5)
+    with pytest.raises(LimitError, match="channels.*--rings"):
+        pipeline.compile_schedule(topo, Collective("reducescatter", 40, chunks=34), "ring",
+                                  options={"rings": 17})
+
+
+def test_progress_lines_go_to_the_callback_only_after_a_second():
+    topo = hardware.load_topology("dgx-a100", nodes=1)
+    lines = []
+    pipeline.compile_schedule(topo, Collective("allgather", 8), "ring", progress=lines.append)
+    assert lines == []  # a fast run says nothing
+    progress = pipeline._Progress(lines.append)
+    progress.start -= 5.0  # as if the work had started five seconds ago
+    progress("verifying the file (1 KiB)")
+    assert lines == ["verifying the file (1 KiB) (5 s so far)"]
+    pipeline._Progress(None)("nothing to call")  # no callback: silent
