@@ -17,9 +17,13 @@ reduce          c             c              (root only) the sum over ranks q of
 ``nchunksperloop`` of an MSCCL program is ``max(input chunks, output chunks)``: the runtime cuts the
 buffer of ``count x sizeMultiplier`` elements (the larger of the two) into that many chunks.
 
-Values. Input chunk ``j`` of rank ``r`` is the atom ``(r, j)``. A chunk's symbolic value is a frozenset of
-atoms (a copy has one atom; a reduction is the union of its operands, which must be disjoint, or an atom
-would be counted twice). ``None`` is an uninitialised chunk.
+Values. Input chunk ``j`` of rank ``r`` is the atom ``(r, j)``. A chunk's symbolic value is the set of atoms
+it sums (a copy has one atom; a reduction is the union of its operands, which must be disjoint, or an atom
+would be counted twice). ``None`` is an uninitialised chunk. Every value a right program computes sums one
+input index over some ranks, so that is how a value is held: the pair ``(index, mask)``, bit ``r`` of
+``mask`` set for each rank summed. Copies, sums, the disjointness test and the comparison with the
+postcondition are then a few integer operations, whatever the number of ranks. Only a wrong program mixes
+input indices in one sum; such a value is a frozenset of atoms (:func:`atoms` gives either form as atoms).
 
 In-place aliasing (as the runtimes define in-place calls): allgather's input is rank ``r``'s slice
 ``[r c, r c + c)`` of its output; reducescatter's output is rank ``r``'s slice of its input; for the other
@@ -29,7 +33,6 @@ collectives input and output are one buffer.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from colls.errors import CollsError
 
@@ -46,40 +49,65 @@ def busbw_factor(kind: str, n: int) -> float:
 
 
 Atom = tuple[int, int]
-Value = frozenset  # of Atom; None = uninitialised
+Value = tuple  # (input index, rank bitmask); a frozenset of Atom when indices mix; None = uninitialised
 
 
 class SymbolicError(Exception):
-    """Raised by value operations that would compute a wrong result (message says which)."""
+    """Raised by value operations that would compute a wrong result (message says which). ``value`` is what
+    the operation computes anyway, for a checker that reports and carries on."""
+
+    def __init__(self, message: str, value=None):
+        super().__init__(message)
+        self.value = value
 
 
-@lru_cache(maxsize=1 << 16)
-def _sum_over_ranks(n: int, index: int) -> Value:
-    return frozenset((q, index) for q in range(n))
+def _ranks(mask: int) -> list[int]:
+    out, r = [], 0
+    while mask:
+        if mask & 1:
+            out.append(r)
+        mask >>= 1
+        r += 1
+    return out
 
 
-def reduce_values(a: Value | None, b: Value | None) -> Value:
+def atoms(value) -> frozenset:
+    """The (rank, input index) atoms a value sums."""
+    if isinstance(value, frozenset):
+        return value
+    index, mask = value
+    return frozenset((r, index) for r in _ranks(mask))
+
+
+def reduce_values(a, b):
+    """The sum of two values; SymbolicError when one is uninitialised or they share an atom."""
     if a is None or b is None:
-        raise SymbolicError("reduces an uninitialised chunk")
-    union = a | b
-    if len(union) != len(a) + len(b):  # one pass for the common case (disjoint operands)
-        dup = ", ".join(f"input {j} of rank {r}" for r, j in sorted(a & b))
-        raise SymbolicError(f"counts {dup} twice")
+        raise SymbolicError("reduces an uninitialised chunk", a if b is None else b)
+    if type(a) is tuple and type(b) is tuple and a[0] == b[0]:
+        if a[1] & b[1]:
+            dup = ", ".join(f"input {a[0]} of rank {r}" for r in _ranks(a[1] & b[1]))
+            raise SymbolicError(f"counts {dup} twice", (a[0], a[1] | b[1]))
+        return (a[0], a[1] | b[1])
+    sa, sb = atoms(a), atoms(b)
+    union = sa | sb
+    if len(union) != len(sa) + len(sb):
+        dup = ", ".join(f"input {j} of rank {r}" for r, j in sorted(sa & sb))
+        raise SymbolicError(f"counts {dup} twice", union)
     return union
 
 
 def describe(value: Value | None) -> str:
     if value is None:
         return "nothing (uninitialised)"
-    atoms = sorted(value)
-    if len(atoms) == 1:
-        r, j = atoms[0]
+    summed = sorted(atoms(value))
+    if len(summed) == 1:
+        r, j = summed[0]
         return f"input {j} of rank {r}"
-    idx = {j for _, j in atoms}
-    ranks = sorted(r for r, _ in atoms)
+    idx = {j for _, j in summed}
+    ranks = sorted(r for r, _ in summed)
     if len(idx) == 1:
         return f"the sum of input {idx.pop()} over ranks {rank_ranges(ranks)}"
-    return "a sum of " + ", ".join(f"({r},{j})" for r, j in atoms)
+    return "a sum of " + ", ".join(f"({r},{j})" for r, j in summed)
 
 
 def rank_ranges(ranks: list[int]) -> str:
@@ -141,24 +169,25 @@ class Collective:
 
     # --- conditions -----------------------------------------------------------------------------------
     def input_value(self, rank: int, j: int) -> Value:
-        return frozenset({(rank, j)})
+        return (j, 1 << rank)
 
     def expected(self, rank: int, j: int) -> Value | None:
         """What output chunk ``j`` of ``rank`` must hold at the end; None if it is unconstrained."""
         n, c = self.nranks, self.chunks
         k = self.kind
+        everyone = (1 << n) - 1
         if k == "allgather":
-            return frozenset({(j // c, j % c)})
+            return (j % c, 1 << (j // c))
         if k == "reducescatter":
-            return frozenset((q, rank * c + j) for q in range(n))
+            return (rank * c + j, everyone)
         if k == "allreduce":
-            return frozenset((q, j) for q in range(n))
+            return (j, everyone)
         if k == "alltoall":
-            return frozenset({(j // c, rank * c + j % c)})
+            return (rank * c + j % c, 1 << (j // c))
         if k == "broadcast":
-            return frozenset({(self.root, j)})
+            return (j, 1 << self.root)
         if k == "reduce":
-            return frozenset((q, j) for q in range(n)) if rank == self.root else None
+            return (j, everyone) if rank == self.root else None
         raise AssertionError(k)
 
     def alias(self, rank: int, buf: str, index: int, inplace: bool) -> tuple[str, int]:
@@ -203,12 +232,7 @@ class Collective:
     def check_outputs(self, rank: int, read) -> list[str]:
         """Compare final output chunks (``read(j)`` gives output chunk j's value) with the postcondition."""
         problems = []
-        n, c = self.nranks, self.chunks
-        summed = {"allreduce": 0, "reducescatter": rank * c}.get(
-            self.kind, 0 if self.kind == "reduce" and rank == self.root else None)
         for j in range(self.out_chunks):
-            if summed is not None and read(j) == _sum_over_ranks(n, summed + j):
-                continue  # the sum of one input index over all ranks (one set per index, reused)
             want = self.expected(rank, j)
             if want is None:
                 continue

@@ -3,25 +3,26 @@
 Every order the runtime allows is possible: a step runs when its dependency is published (numbered as the
 kernel numbers steps: a nop without a dependency is dropped, so later steps count one lower; nops at the end
 of a thread block wait for nothing), its incoming connection holds a message and its outgoing one has room.
-Values are sets of (rank, input index) atoms, so a sum that counts an input twice or reads a chunk nothing
-wrote is seen.
+Values are plain sets of (rank, input index) atoms, summed here with its own arithmetic, so a sum that
+counts an input twice or reads a chunk nothing wrote is seen.
 """
 
 from __future__ import annotations
 
 import random
 
-from colls.collectives import Collective
+from colls.collectives import Collective, atoms
 from colls.program import STEP_SEMANTICS
 from colls.verify import fifo_messages
 
 
 def run(p, inplace: bool, rng: random.Random, root: int = 0):
-    """Run whole steps in a random allowed order: (collective, {rank: output values}), or None if stuck."""
+    """Run whole steps in a random allowed order: (collective, {rank: output atom sets}), or None if stuck."""
     n = p.ngpus
     c = p.nchunksperloop // n if p.coll in ("allgather", "reducescatter", "alltoall") else p.nchunksperloop
     coll = Collective(p.coll, n, c, root if p.coll in ("broadcast", "reduce") else 0)
-    mem = {g.id: coll.initial_state(g.id, inplace, g.s_chunks) for g in p.gpus}
+    mem = {g.id: {k: None if v is None else atoms(v) for k, v in coll.initial_state(g.id, inplace, g.s_chunks).items()}
+           for g in p.gpus}
     blocks = {(g.id, b.id): b for g in p.gpus for b in g.tbs}
     number = {}                                  # the kernel's step numbers: dependency-free nops are dropped
     for key, b in blocks.items():
@@ -84,7 +85,7 @@ def computes(p, inplace: bool, rng: random.Random, root: int = 0) -> bool:
     if result is None:
         return False
     coll, outputs = result
-    return all(coll.expected(rank, j) is None or value == coll.expected(rank, j)
+    return all(coll.expected(rank, j) is None or value == atoms(coll.expected(rank, j))
                for rank, values in outputs.items() for j, value in enumerate(values))
 
 

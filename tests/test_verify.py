@@ -753,10 +753,4 @@ def test_a_verified_program_is_right_in_every_execution_order(data):
         return
     for inplace in [m for m, claimed in ((True, p.inplace), (False, p.outofplace)) if claimed]:
         for seed in range(8):
-            result = oracle.run(p, inplace, random.Random(seed))
-            assert result is not None, report.format()
-            coll, outputs = result
-            for rank, values in outputs.items():
-                for j, value in enumerate(values):
-                    want = coll.expected(rank, j)
-                    assert want is None or value == want, (rank, j, value, want)
+            assert oracle.computes(p, inplace, random.Random(seed)), report.format()

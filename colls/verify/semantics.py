@@ -89,7 +89,7 @@ def check(cx: Context, inplace: bool) -> None:
             return reduce_values(a, b)
         except SymbolicError as e:
             report("double-count", f"this reduction {e}", n)
-            return a | b
+            return e.value
 
     for n in m.order:
         st = m.n_step[n]

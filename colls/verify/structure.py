@@ -241,13 +241,16 @@ def _check_steps(cx: Context, g, tb) -> None:
 
 def _check_waits(cx: Context) -> None:
     """Waits on steps that do not publish progress, and waits the kernel's numbering moves."""
+    numbering: dict = {}
     for (gid, tbid, k), (_, wtb, ws) in sorted(cx.waited.items()):
         g = cx.gpu_by_id.get(gid)
         tb = cx.tb_by_id.get(gid, {}).get(tbid)
         if g is None or tb is None:
             continue
         st = tb.steps[k]
-        numbers = kernel_numbers(tb.steps)
+        numbers = numbering.get(id(tb))
+        if numbers is None:
+            numbers = numbering[id(tb)] = kernel_numbers(tb.steps)
         if st.type != "nop" and numbers[k] != k:
             first = next((j for j in range(len(tb.steps)) if numbers[j] >= k and tb.steps[j].type != "nop"), None)
             until = f"until step {first}" if first is not None else "for a step this thread block never reaches"
