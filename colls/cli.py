@@ -21,7 +21,7 @@ from colls import __version__
 from colls.collectives import KINDS, Collective
 from colls.errors import CollsError, excerpt, printable
 from colls.program import PROTOCOLS
-from colls.targets import TARGETS
+from colls.targets import TARGETS, get_target
 
 EXIT_INVALID = 1
 EXIT_INTERNAL = 1
@@ -77,13 +77,13 @@ def _hardware_options(f):
     return f
 
 
-def _load(hardware: str, nodes: int, option: str = "--hardware"):
+def _load(hardware: str, nodes: int, option: str = "--hardware", precheck=None):
     """The topology; an error that names no file (an unknown name, an empty one) names ``option``."""
     from colls import hardware as hw
     if nodes < 1:
         raise CollsError(f"must be >= 1, got {nodes}", key="--nodes")
     try:
-        return hw.load_topology(hardware, nodes=nodes)
+        return hw.load_topology(hardware, nodes=nodes, precheck=precheck)
     except CollsError as e:
         if e.source is None and e.key is None:
             raise CollsError(str(e), key=option) from None
@@ -184,10 +184,6 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
                          key="--root")
     if not rooted and root is not None:
         raise CollsError(f"applies to broadcast and reduce only, not {collective}", key="--root")
-    topo = _load(hardware, nodes)
-    root = root or 0
-    _check_root(root, topo)
-    coll = Collective(collective, topo.ngpus, chunks=chunks, root=root)
     options = {}
     if rings is not None:
         options["rings"] = rings
@@ -196,6 +192,20 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
     if options and method not in ("ring", "trees"):
         raise CollsError(f"does not apply to method {excerpt(method)}",
                          key="--rings" if rings is not None else "--trees-per-gpu")
+
+    def precheck(ngpus: int) -> None:    # what the runtime cannot load is refused before the machine is built
+        if ngpus < 2:
+            return
+        try:
+            pipeline.check_rank_limits(Collective(collective, ngpus, chunks=chunks), method, get_target(target),
+                                       instances, options, where=f"{nodes} nodes of {excerpt(hardware)}")
+        except CollsError as e:
+            raise type(e)(str(e), key="--nodes") from None
+
+    topo = _load(hardware, nodes, precheck=precheck)
+    root = root or 0
+    _check_root(root, topo)
+    coll = Collective(collective, topo.ngpus, chunks=chunks, root=root)
     result = pipeline.compile_schedule(topo, coll, method, target=target, instances=instances,
                                        proto=proto, min_bytes=min_bytes, max_bytes=max_bytes,
                                        mode=mode, options=options,

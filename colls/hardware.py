@@ -105,13 +105,15 @@ def list_profiles() -> list[dict]:
     return out
 
 
-def load_topology(spec: str, nodes: int = 1) -> Topology:
+def load_topology(spec: str, nodes: int = 1, precheck=None) -> Topology:
     """Load a shipped profile (by name, e.g. ``"dgx-a100"``) or a YAML file (by path) as a Topology.
 
     Parameters
     ----------
     spec : a shipped profile name or the path of a node-profile or graph-form YAML file.
     nodes : how many copies of a node profile to join with its network (graph form: must be 1).
+    precheck : called with the number of GPUs once the profile is read and before the machine is built
+        (building 10,000 nodes takes seconds; a caller that will refuse that many ranks says so first).
 
     Returns
     -------
@@ -141,6 +143,8 @@ def load_topology(spec: str, nodes: int = 1) -> Topology:
         if profile.count * nodes > MAX_GPUS:
             raise CollsError(f"{nodes} nodes of {profile.count} GPUs is {profile.count * nodes} GPUs, more "
                              f"than the {MAX_GPUS} colls handles", key="--nodes")
+        if precheck is not None:
+            precheck(profile.count * nodes)
         topo = _cluster(check, profile, nodes)
     topo.validate(source)
     return topo

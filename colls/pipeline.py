@@ -141,6 +141,45 @@ def least_instructions(collective: Collective, method: str, instances: int = 1,
     return least
 
 
+def _hint(collective: Collective, tgt: Target, instances: int, steps: int, sms: int | None) -> str:
+    """What to try when a program is too big for ``tgt``."""
+    old = get_target("old")
+    tries = ["fewer --chunks"] if collective.chunks > 1 else []
+    tries += ["fewer --instances"] if instances > 1 else []
+    tries += ["fewer --nodes"]
+    if tgt.name != "old" and steps <= old.max_steps * min(old.max_tbs, sms or old.max_tbs):
+        tries.append("--target old")  # no element limit there, 256 steps per threadblock
+    return " or ".join(tries)
+
+
+def check_rank_limits(collective: Collective, method: str, tgt: Target, instances: int = 1,
+                      options: dict | None = None, where: str | None = None, sms: int | None = None) -> int:
+    """The limits that depend only on the number of ranks (offsets, XML elements per rank), checked
+    before the machine is even built; returns the least number of steps a rank needs."""
+    n = collective.nranks
+    where = where or f"{n} ranks"
+    steps = least_instructions(collective, method, instances, (options or {}).get("rings"))
+    buffer = max(collective.in_chunks, collective.out_chunks) * instances
+    if buffer - 1 - (tgt.max_cnt - 2) > MAX_OFFSET:  # the last chunk's step starts there
+        raise LimitError(f"{collective.kind} of {n} ranks at chunk factor {collective.chunks * instances} "
+                         f"has {buffer} chunks per buffer; step offsets are int16 (at most 32767) in "
+                         f"every runtime's loader; try fewer --chunks or --instances")
+    if tgt.max_elements is not None:
+        tbs = -(-steps // tgt.max_steps) if steps else 1
+        elements = 1 + n + max(1, tbs) + max(1, steps)
+        if elements >= tgt.max_elements:
+            raise LimitError(
+                f"{method} {collective.kind} on {where}: each rank's loader would parse at least "
+                f"{elements} XML elements (1 algo + {n} gpu elements + at least {max(1, tbs)} "
+                f"threadblocks and {steps} steps of its own); {tgt.name} stops at {tgt.max_elements} "
+                f"(MSCCL_MAX_NODES); try {_hint(collective, tgt, instances, steps, sms)}")
+    if steps > tgt.max_steps * tgt.max_tbs:       # whatever the GPU: check_limits refines with its SMs
+        raise LimitError(f"{method} {collective.kind} on {where}: a rank needs at least {steps} steps, more "
+                         f"than {tgt.max_tbs} threadblocks of {tgt.max_steps} steps hold ({tgt.name}); try "
+                         f"{_hint(collective, tgt, instances, steps, sms)}")
+    return steps
+
+
 def check_limits(topology: Topology, collective: Collective, method: str, tgt: Target,
                  instances: int = 1, options: dict | None = None) -> None:
     """Refuse, before any synthesis, what ``tgt`` cannot load whatever schedule ``method`` writes.
@@ -152,29 +191,8 @@ def check_limits(topology: Topology, collective: Collective, method: str, tgt: T
     schedule talks to N-1 peers, one threadblock each.
     """
     n = collective.nranks
-    options = options or {}
-    steps = least_instructions(collective, method, instances, options.get("rings"))
-    old = get_target("old")
-    tries = ["fewer --chunks"] if collective.chunks > 1 else []
-    tries += ["fewer --instances"] if instances > 1 else []
-    tries += ["fewer --nodes"]
-    if tgt.name != "old" and steps <= old.max_steps * min(old.max_tbs, topology.min_sms()):
-        tries.append("--target old")  # no element limit there, 256 steps per threadblock
-    hint = " or ".join(tries)
-    buffer = max(collective.in_chunks, collective.out_chunks) * instances
-    if buffer - 1 - (tgt.max_cnt - 2) > MAX_OFFSET:  # the last chunk's step starts there
-        raise LimitError(f"{collective.kind} of {n} ranks at chunk factor {collective.chunks * instances} "
-                         f"has {buffer} chunks per buffer; step offsets are int16 (at most 32767) in "
-                         f"every runtime's loader; try fewer --chunks or --instances")
-    if tgt.max_elements is not None:
-        tbs = -(-steps // tgt.max_steps) if steps else 1
-        elements = 1 + n + max(1, tbs) + max(1, steps)
-        if elements >= tgt.max_elements:
-            raise LimitError(
-                f"{method} {collective.kind} on {topology.name}: each rank's loader would parse at least "
-                f"{elements} XML elements (1 algo + {n} gpu elements + at least {max(1, tbs)} "
-                f"threadblocks and {steps} steps of its own); {tgt.name} stops at {tgt.max_elements} "
-                f"(MSCCL_MAX_NODES); try {hint}")
+    steps = check_rank_limits(collective, method, tgt, instances, options, topology.name, topology.min_sms())
+    hint = _hint(collective, tgt, instances, steps, topology.min_sms())
     limit_tbs = min(tgt.max_tbs, topology.min_sms())
     peers = 0
     if method == "direct":  # every pair, or the method refuses

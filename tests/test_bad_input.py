@@ -124,6 +124,11 @@ CASES = [
     (SYNTH + ["--nodes", "0"], "--nodes"),
     (SYNTH + ["--nodes", str(cli.MAX_NODES + 1)], "--nodes"),
     (SYNTH + ["--nodes", "two"], "--nodes"),
+    # more ranks than the loader's 4096 elements per rank hold: refused before the machine is built
+    (["synth", "--hardware", "dgx-a100", "--nodes", "10000", "--collective", "allreduce", "-o", "x.xml"],
+     "MSCCL_MAX_NODES"),
+    (["synth", "--hardware", "dgx-a100", "--nodes", "10000", "--collective", "allreduce", "-o", "x.xml",
+      "--target", "old"], "steps hold"),
     (SYNTH[:-1] + [""], "-o"),
     (SYNTH[:-1] + ["/dev/null"], "-o"),
     (SYNTH[:-1] + ["/dev/full"], "-o"),
