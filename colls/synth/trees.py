@@ -658,13 +658,17 @@ class _Builder:
         recv: dict = defaultdict(set)
         send: dict = defaultdict(set)
         local: set = set()
-        for sp in self.specs:
-            key = (sp.src, lane_of[sp.tree])
-            if sp.src == sp.dst:
-                local.add(key)
+        cached = self.__dict__.get("_links")      # the distinct (src, dst, tree) of the specs, which every
+        if cached is None or cached[0] != len(self.specs):    # lane choice tried shares
+            cached = self._links = (len(self.specs), sorted({(sp.src, sp.dst, sp.tree) for sp in self.specs}))
+        links = cached[1]
+        for src, dst, tree in links:
+            lane = lane_of[tree]
+            if src == dst:
+                local.add((src, lane))
                 continue
-            send[key].add(sp.dst)
-            recv[(sp.dst, lane_of[sp.tree])].add(sp.src)
+            send[(src, lane)].add(dst)
+            recv[(dst, lane)].add(src)
         weight: dict = defaultdict(lambda: defaultdict(int))
         for rank, tree, other, q, p in self.fused:
             if lane_of[tree] == lane_of[other]:
