@@ -13,7 +13,7 @@ import random
 
 from colls.collectives import Collective, atoms
 from colls.program import STEP_SEMANTICS
-from colls.verify import fifo_messages
+from colls.verify import fifo_messages, verify
 
 
 def run(p, inplace: bool, rng: random.Random, root: int = 0):
@@ -94,3 +94,14 @@ def _add(a, b):
     if a is None or b is None or not a.isdisjoint(b):
         return None
     return a | b
+
+
+def verdict_holds(p, seeds: int, root: int = 0, why: tuple = ()) -> None:
+    """``verify`` rejects ``p``, or ``seeds`` random executions per aliasing the file claims are all right."""
+    report = verify(p, "exe")
+    report.format()
+    if not report.ok:
+        return
+    for inplace in [m for m, claimed in ((True, p.inplace), (False, p.outofplace)) if claimed]:
+        for seed in range(seeds):
+            assert computes(p, inplace, random.Random(seed), root), (*why, report.format())

@@ -9,7 +9,6 @@ whole), with the kernel's own step numbering, must finish and leave every output
 from __future__ import annotations
 
 import copy
-import random
 from functools import lru_cache
 
 from hypothesis import HealthCheck, assume, given, settings
@@ -59,10 +58,4 @@ def test_a_written_file_verifies_and_a_mutation_is_caught_or_harmless(case, data
         setattr(b, "send" if b.send >= 0 else "recv", value)
     else:
         setattr(s, field, value)
-    report = verify(p, "exe")
-    report.format()
-    if not report.ok:
-        return
-    for inplace in [m for m, claimed in ((True, p.inplace), (False, p.outofplace)) if claimed]:
-        for seed in range(6):
-            assert oracle.computes(p, inplace, random.Random(seed), root=1), (case, field, value, report.format())
+    oracle.verdict_holds(p, seeds=6, root=1, why=(case, field, value))
