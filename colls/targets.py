@@ -1,4 +1,6 @@
-"""The runtimes that load MSCCL XML and what each of them accepts (../shared msccl-runtime contract).
+"""The runtimes that load MSCCL XML and what each of them accepts, read from their loaders' sources
+(Azure/msccl-executor-nccl ``src/misc/msccl/msccl_parser.cc`` and ``src/include/msccl/msccl_struct.h``;
+ROCm/rccl's copies of them; microsoft/msccl for the older runtime).
 
 EXE = the MSCCL executor for NCCL (current), RCCL = AMD's RCCL (same parser), OLD = microsoft/msccl.
 """
