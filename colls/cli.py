@@ -218,6 +218,9 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
         click.echo(f"wrote {output}: {result.summary()}")
 
 
+NCCL_STEPS_BYTES = 8          # a buffer holds NCCL_STEPS slots of at least a byte each
+
+
 @cli.command(name="verify")
 @click.argument("path", metavar="FILE")
 @click.option("--target", type=Choice(sorted(TARGETS)), default="exe", show_default=True)
@@ -225,11 +228,15 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
               help="Check threadblocks per GPU against this machine's SM count.")
 @click.option("--nodes", type=Whole(1, MAX_NODES), default=1, show_default=True)
 @click.option("--sms", type=Whole(1, MAX_SMS), default=None, help="SMs per GPU (instead of --hardware).")
+@click.option("--buffsize", type=Whole(NCCL_STEPS_BYTES, INT64_MAX), default=None, metavar="BYTES",
+              help="The connection buffer your site sets for the file's protocol (NCCL_BUFFSIZE for Simple, "
+                   "NCCL_LL_BUFFSIZE, NCCL_LL128_BUFFSIZE); default NCCL's. It moves the sizes at which a hang "
+                   "starts.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
-def verify_cmd(path, target, hardware, nodes, sms, as_json):
+def verify_cmd(path, target, hardware, nodes, sms, buffsize, as_json):
     """Check any MSCCL XML file against the runtime's contract and prove what it computes.
 
-    Exit 0 only if the file is valid; 1 if it is not; 2 if it cannot be read at all.
+    Exit 0 only if the file is valid; 1 if it is invalid or not proven; 2 if it cannot be read at all.
     """
     from colls import files, verify
     from colls.targets import get_target
@@ -237,7 +244,7 @@ def verify_cmd(path, target, hardware, nodes, sms, as_json):
     if hardware is not None:
         topo = _load(hardware, nodes)
         sms = topo.min_sms() if sms is None else sms
-    report = verify.verify_text(text, path, get_target(target), sms=sms)
+    report = verify.verify_text(text, path, get_target(target), sms=sms, buffsize=buffsize)
     if as_json:
         _echo_json(report.to_dict())
     else:

@@ -201,6 +201,8 @@ CASES = [
     (["verify", ""], "FILE"),
     (["verify", "@x.xml", "--sms", "0"], "--sms"),
     (["verify", "@x.xml", "--sms", BIG], "--sms"),
+    (["verify", "@x.xml", "--buffsize", "0"], "--buffsize"),
+    (["verify", "@x.xml", "--buffsize", "4KB"], "--buffsize"),
     (["verify", "@x.xml", "--nodes", "0"], "--nodes"),
     (["verify", "@x.xml", "--hardware", ""], "--hardware"),
     (["verify", "@x.xml", "--hardware", "@deep.yaml"], "deep.yaml"),

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -152,3 +153,13 @@ def test_a_rooted_file_names_its_root_and_says_where_it_may_be_installed(tmp_pat
     assert 'name="colls-ring-broadcast-root3-' in out.read_text().splitlines()[0]
     rc, stdout, err = run("verify", str(out))
     assert rc == 0 and "[root-fixed]" in stdout and "root 3" in stdout, stdout + err
+
+
+def test_verify_buffsize_moves_the_size_at_which_a_hang_starts(tmp_path):
+    data = Path(__file__).parent / "data" / "size_dependent_hang.xml"
+    path = tmp_path / "h.xml"
+    path.write_text(data.read_text().replace('maxBytes="8388608"', 'maxBytes="0"'))
+    rc, stdout, _ = run("verify", str(path))
+    assert rc == 1 and "hangs for calls of 8388609 bytes or more" in stdout
+    rc, stdout, _ = run("verify", str(path), "--buffsize", str(1 << 24))
+    assert rc == 1 and "hangs for calls of 33554433 bytes or more" in stdout and "NCCL_BUFFSIZE=16777216" in stdout
