@@ -239,7 +239,6 @@ def verify_cmd(path, target, hardware, nodes, sms, buffsize, as_json):
     Exit 0 only if the file is valid; 1 if it is invalid or not proven; 2 if it cannot be read at all.
     """
     from colls import files, verify
-    from colls.targets import get_target
     text = files.read_text(path, files.MAX_XML_BYTES, option="FILE")
     if hardware is not None:
         topo = _load(hardware, nodes)

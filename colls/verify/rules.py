@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# What the runtime does, from the worst to the least bad. The verdict names the worst one found.
+# What the runtime does, from the worst to the least bad. The verdict names the worst one found. A file
+# that will not load also stops the executor and RCCL from loading the files after it in their folder;
+# undefined behaviour is an out-of-bounds access, an overflowing loader buffer or a division by zero.
 LOAD = "will not load"
 UNUSED = "is never used"
 MISREAD = "is read differently than written"
@@ -20,14 +22,6 @@ UB = "has undefined behaviour"
 HANG = "hangs"
 WRONG = "computes a wrong result"
 EFFECTS = (LOAD, UNUSED, MISREAD, UB, HANG, WRONG)
-EFFECT_NOTES = {
-    LOAD: "the loader refuses it; the executor and RCCL then also stop loading the files after it in the folder",
-    UNUSED: "no call ever selects it: every call silently runs the runtime's own algorithm",
-    MISREAD: "the loader reads a value other than the one written",
-    UB: "an out-of-bounds access, an overflowing loader buffer or a division by zero",
-    HANG: "the kernel never finishes",
-    WRONG: "the call completes with wrong data in its output (or clobbers the caller's input)",
-}
 
 FORMAT, ALGO, LIMITS, STRUCTURE, COMMUNICATION, EXECUTION, SEMANTICS = (
     "format", "algo", "limits", "structure", "communication", "execution", "semantics")
