@@ -7,9 +7,12 @@ copies of it with a network. Keys::
 
     name, description            text
     gpu: {model, sms, count}     one GPU model per node; ``sms`` caps threadblocks per GPU
-    link_classes: {NAME: {bandwidth, latency}}
+    link_classes: {NAME: {bandwidth, latency, efficiency}}
                                  bandwidth: GB/s per direction of ONE physical link of the class
                                  latency:   microseconds per hop (see "Latency" below)
+                                 efficiency (optional, default 1): the share of the bandwidth that
+                                 GPU-initiated transfers reach; only the simulator uses it (bounds are
+                                 of the raw bandwidth)
     switches: [{name, class, links, gpus}]   in-node switch vertex; each listed GPU (or ``all``) attaches
                                  with ``links`` links of ``class``, both directions
     direct: {class, matrix}      GPU->GPU link multiplicities, row = from, column = to
@@ -35,7 +38,7 @@ Parallel links between the same two vertices fold into one edge (``count`` links
 **Graph form**: any other machine, written out vertex by vertex (the whole system; ``nodes`` must be 1)::
 
     name, description
-    link_classes: {NAME: {bandwidth, latency}}        optional; links of a listed class inherit its values
+    link_classes: {NAME: {bandwidth, latency, efficiency}}  optional; links of a listed class inherit them
     graph:
       gpus:     [{id, model, sms, node, label}]       ids 0..N-1 are the ranks; node defaults to 0
       switches: [{id, node, label}]                   string ids; node null = between nodes
@@ -147,6 +150,8 @@ def load_topology(spec: str, nodes: int = 1, precheck=None) -> Topology:
             precheck(profile.count * nodes)
         topo = _cluster(check, profile, nodes)
     topo.validate(source)
+    for _, _, d in topo.graph.edges(data=True):
+        d["efficiency"] = check.efficiency.get(d["cls"], 1.0)
     return topo
 
 
@@ -321,6 +326,7 @@ class _Checker:
 
     def __init__(self, source: str):
         self.source = source
+        self.efficiency: dict[str, float] = {}   # link class -> share of its bandwidth transfers reach
 
     def fail(self, key: str | None, message: str):
         raise CollsError(message, source=self.source, key=key or None)
@@ -415,9 +421,14 @@ class _Checker:
         for name, spec in value.items():
             k = _join(key, printable(str(name), EXCERPT_CHARS))
             self.name(name, k)
-            self.mapping(spec, k, required=("bandwidth", "latency"))
+            self.mapping(spec, k, required=("bandwidth", "latency"), optional=("efficiency",))
             out[name] = (self.bandwidth(spec["bandwidth"], k + ".bandwidth"),
                          self.latency(spec["latency"], k + ".latency"))
+            if "efficiency" in spec:
+                eff = self.number(spec["efficiency"], k + ".efficiency")
+                if not 0 < eff <= 1:
+                    self.fail(k + ".efficiency", f"must be above 0 and at most 1, got {_what(spec['efficiency'])}")
+                self.efficiency[name] = float(eff)
         return out
 
     def link_class(self, value, key: str, classes: dict) -> str:

@@ -1,1 +1,196 @@
-"""Simulation: how long an MSCCL program takes on a machine, per call size, and where the time goes."""
+"""Simulation: how long an MSCCL program takes on a machine, per call size, and where the time goes.
+
+:func:`simulate` times one call size, :func:`sweep` a list of them; both return :class:`Timing` records
+with nccl-tests' figures (time, algbw, busbw), the share of the optimum (:mod:`colls.bound`) reached and
+the busiest link. The engine (:mod:`colls.simulate.engine`) and its cost model
+(:mod:`colls.simulate.model`) say what is modelled and where each figure comes from.
+
+Which calls a file serves follows the runtime's selection (``mscclSchedulerSelectAlgo``): the per-rank
+element count must be a positive multiple of ``nchunksperloop``, the bytes within ``[minBytes, maxBytes]``
+(``maxBytes=0``: no limit), and the file must allow the call's aliasing (``inplace``/``outofplace``). A size
+the file does not serve gets a Timing with ``served=False`` and the reason: the runtime would run NCCL's
+own algorithm for it, and the bench tables show a gap there rather than a made-up number.
+
+Sizes follow nccl-tests: ``size`` is the whole buffer one rank passes (the output of allgather, the input
+of reduce-scatter), the runtime's ``nBytes``; 1 GB/s is 1000 bytes per microsecond.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from colls.collectives import busbw_factor
+from colls.errors import CollsError
+from colls.program import Program
+from colls.simulate.engine import Machine, RunResult, run
+from colls.simulate.model import Model, for_protocol
+from colls.topology import Topology
+
+__all__ = ["Timing", "simulate", "sweep", "parse_sizes", "size_text", "SUMMARY_SIZES", "prepare"]
+
+SIZE_MULTIPLIED = ("allgather", "reducescatter", "alltoall")   # sizeMultiplier = ngpus (msccl_setup.cc)
+SUMMARY_SIZES = (1 << 10, 1 << 20, 1 << 30)                      # 1 KB, 1 MB, 1 GB: the synth summary
+MAX_SIZE = 1 << 40                                               # 1 TiB per call: beyond any GPU memory
+MAX_SIZES = 64                                                   # sizes in one sweep
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
+          "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TB": 1 << 40,
+          "TIB": 1 << 40}
+
+
+@dataclass
+class Timing:
+    """One call size of one file (or one baseline) on one machine."""
+
+    size_bytes: int
+    served: bool
+    reason: str | None = None          # why the runtime would not run the file for this size
+    time_us: float | None = None
+    algbw_gbps: float | None = None
+    busbw_gbps: float | None = None
+    bound_time_us: float | None = None  # no schedule is faster (bandwidth and latency bounds)
+    bound_pct: float | None = None      # 100 x bound_time / time
+    busiest_link: str | None = None
+    busiest_util: float | None = None   # the busiest link's bytes over what it could carry in the time
+    passes: int = 0
+    extrapolated_passes: int = 0
+    label: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        out = {"size_bytes": self.size_bytes, "served": self.served}
+        if not self.served:
+            out["reason"] = self.reason
+            return out
+        out.update(time_us=self.time_us, algbw_gbps=self.algbw_gbps, busbw_gbps=self.busbw_gbps,
+                   bound_time_us=self.bound_time_us, bound_pct=self.bound_pct,
+                   busiest_link=self.busiest_link, busiest_link_utilisation=self.busiest_util,
+                   passes=self.passes, extrapolated_passes=self.extrapolated_passes, **self.extra)
+        return out
+
+
+def size_text(nbytes: int) -> str:
+    """``1024`` -> ``"1KB"``, ``3 << 20`` -> ``"3MB"``; other sizes in bytes (``"1000B"``)."""
+    for unit, scale in (("TB", 1 << 40), ("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale}{unit}"
+    return f"{nbytes}B"
+
+
+def _one_size(text: str, key: str) -> int:
+    m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).upper() not in _UNITS:
+        raise CollsError(f"{text!r} is not a size (a whole number with an optional unit B, KB, MB, GB, TB; "
+                         "1KB = 1024 bytes)", key=key)
+    value = int(m.group(1)) * _UNITS[m.group(2).upper()]
+    if not 1 <= value <= MAX_SIZE:
+        raise CollsError(f"{text!r} is out of range: sizes are 1 byte to 1TB", key=key)
+    return value
+
+
+def parse_sizes(text: str, key: str = "--sizes") -> list[int]:
+    """``"1KB:4GB"`` (every power-of-two multiple from the first to the last), ``"1KB:1GB:4"`` (times 4
+    each time) or a comma list ``"8,1MB,1GB"``; sorted, without repeats."""
+    text = str(text)
+    if ":" in text:
+        parts = text.split(":")
+        if len(parts) not in (2, 3):
+            raise CollsError(f"{text!r}: write FIRST:LAST or FIRST:LAST:FACTOR", key=key)
+        lo, hi = _one_size(parts[0], key), _one_size(parts[1], key)
+        factor = 2
+        if len(parts) == 3:
+            if not parts[2].strip().isdigit() or not 2 <= int(parts[2]) <= 1024:
+                raise CollsError(f"{text!r}: the factor must be a whole number from 2 to 1024", key=key)
+            factor = int(parts[2])
+        if hi < lo:
+            raise CollsError(f"{text!r}: the last size is smaller than the first", key=key)
+        sizes = []
+        s = lo
+        while s <= hi and len(sizes) <= MAX_SIZES:
+            sizes.append(s)
+            s *= factor
+    else:
+        sizes = [_one_size(part, key) for part in text.split(",") if part.strip()]
+        if not sizes:
+            raise CollsError("no sizes given", key=key)
+    sizes = sorted(set(sizes))
+    if len(sizes) > MAX_SIZES:
+        raise CollsError(f"{text!r} gives more than {MAX_SIZES} sizes", key=key)
+    return sizes
+
+
+def served(program: Program, kind: str, size: int, *, inplace: bool = False, dtype_bytes: int = 4,
+           target: str = "exe") -> str | None:
+    """None when the runtime runs ``program`` for a call of ``size`` bytes; otherwise why not, in words."""
+    mult = program.ngpus if kind in SIZE_MULTIPLIED else 1
+    unit = dtype_bytes * mult
+    if size % unit:
+        return (f"{size} bytes is not a whole number of {dtype_bytes}-byte elements per rank "
+                f"({size} / ({dtype_bytes} x {mult}))")
+    count = size // unit
+    ncpl = program.nchunksperloop or 1
+    if count % ncpl:
+        return (f"the per-rank count {count} is not a multiple of nchunksperloop={ncpl}: the runtime runs "
+                "its own algorithm instead")
+    lo, hi = program.min_bytes or 0, program.max_bytes or 0
+    if target == "old" and hi:
+        hi -= 1
+    if size < lo or (hi and size > hi):
+        return f"{size} bytes is outside the file's [minBytes, maxBytes] = [{lo}, {hi or 'no limit'}]"
+    if inplace and not program.inplace:
+        return "the file does not serve in-place calls (inplace=\"0\")"
+    if not inplace and not program.outofplace:
+        return "the file does not serve out-of-place calls (outofplace=\"0\")"
+    return None
+
+
+def prepare(program: Program, topology: Topology, kind: str) -> Machine:
+    """The program laid out for the engine once; pass it to :func:`simulate` for many sizes."""
+    return Machine(program, topology, kind)
+
+
+def simulate(program: Program, topology: Topology, kind: str, size: int, *, inplace: bool = False,
+             model: Model | None = None, bound=None, machine: Machine | None = None, native: bool = False,
+             timeline: bool = False, extrapolate: bool = True, dtype_bytes: int = 4, target: str = "exe",
+             buffsize: int | None = None) -> tuple[Timing, RunResult | None]:
+    """Time one call of ``size`` bytes.
+
+    Parameters
+    ----------
+    program, topology : the file's Program and the machine it runs on (same number of GPUs).
+    kind : the collective the file computes (as :func:`colls.verify.verify` infers it: ``facts["kind"]``).
+    bound : a :class:`colls.bound.Bound` for the percentage of the optimum, or None.
+    native : a model of the runtime's own algorithm (:mod:`colls.simulate.nccl`): no file selection rules,
+        any size runs.
+    timeline : keep per-link and per-threadblock intervals (:class:`~colls.simulate.engine.RunResult`).
+    extrapolate : use the exact steady-state jump (off only to check it).
+
+    Returns
+    -------
+    (Timing, RunResult or None when the size is not served)
+    """
+    reason = None if native else served(program, kind, size, inplace=inplace, dtype_bytes=dtype_bytes,
+                                        target=target)
+    if reason:
+        return Timing(size, False, reason), None
+    machine = machine or Machine(program, topology, kind)
+    model = model or for_protocol(program.proto)
+    res = run(machine, size, model, ncpl=program.nchunksperloop or 1, proto=program.proto,
+              timeline=timeline, extrapolate=extrapolate, buffsize=buffsize)
+    algbw = size / res.time_us / 1000.0
+    util = res.link_bytes / (machine.link_cap * res.time_us)
+    busiest = int(util.argmax()) if len(util) else None
+    t = Timing(size, True, None, res.time_us, algbw, algbw * busbw_factor(kind, program.ngpus),
+               passes=res.passes, extrapolated_passes=res.extrapolated_passes)
+    if busiest is not None and res.link_bytes[busiest] > 0:
+        t.busiest_link, t.busiest_util = machine.link_name(busiest), float(util[busiest])
+    if bound is not None:
+        t.bound_time_us = bound.min_time_us(size)
+        t.bound_pct = 100.0 * t.bound_time_us / res.time_us
+    return t, res
+
+
+def sweep(program: Program, topology: Topology, kind: str, sizes, **kw) -> list[Timing]:
+    """:func:`simulate` for every size (the program is laid out once)."""
+    machine = kw.pop("machine", None) or Machine(program, topology, kind)
+    return [simulate(program, topology, kind, s, machine=machine, **kw)[0] for s in sizes]

@@ -1,0 +1,487 @@
+"""The discrete-event engine: one call of an MSCCL program on a machine, as the runtime executes it.
+
+What runs (``mscclRunInterpreter`` in the executor's ``msccl_kernel.cu``, ``mscclSetupCount`` in
+``msccl_setup.cc``):
+
+- **The loop.** The call's buffer of ``size`` bytes is cut into ``nchunksperloop`` chunks. The kernel runs
+  the whole program once per *slice* of every chunk: slices are the protocol's chunk size
+  (:func:`colls.verify.execution.chunk_effective_bytes`: 2 MiB for Simple with NCCL's default buffers),
+  the last one what is left. A step of ``cnt`` chunks moves, in each pass, ``cnt`` pieces of one slice
+  each; when a whole chunk is smaller than a slice the runtime joins up to ``maxAllowedCount`` chunks into
+  one message instead (:func:`colls.verify.execution.max_allowed_count`). Threadblocks do not wait for
+  each other between passes, so pass ``i + 1`` of one threadblock overlaps pass ``i`` of the next: that
+  is the pipeline.
+- **Threadblocks** run their steps in order. A step with ``depid/deps`` first waits until that
+  threadblock has published step ``deps`` *of the same pass* (the kernel's flag holds the pass and the
+  step). A step marked ``hasdep`` publishes when its last message is done. Nops without a dependency are
+  dropped and the steps after them renumbered, as the loader does
+  (:func:`colls.verify.structure.kernel_numbers`).
+- **Connections.** Each (sender, receiver, channel) is a FIFO of :func:`colls.verify.execution.fifo_messages`
+  slots (2 messages for Simple, 8 for LL and LL128). A send waits for a free slot, a receive for a message
+  that has fully arrived; the slot is freed when the receiving step is done with it.
+- **Costs of a message.** The threadblock first spends the model's fixed per-message cost (flag polling and
+  fences, :class:`colls.simulate.model.Model`), then moves the bytes. A message that crosses the fabric is
+  a *flow* over the physical links of its route (:meth:`colls.topology.Topology.route`); the bytes on the
+  wire are the data bytes divided by the protocol's data fraction (LL moves 8 data bytes per 16). Every
+  link's bandwidth (times its class's ``efficiency``) is shared max-min fairly among the flows crossing it
+  at that moment, and no flow moves faster than its threadblock can copy. The message reaches the receiver
+  when its last byte has been sent plus the route's latency (the sum of its hops' latencies). Receiving
+  into a buffer, local copies and reductions cost the threadblock's copy rate. The call's fixed cost (kernel
+  launch) is added once.
+
+Max-min fairness is computed by progressive filling (all unfrozen flows grow at the same rate until a link
+is full or a flow reaches its cap; those flows freeze; repeat), after every batch of events that changes
+the set of flows.
+
+**Steady state, extrapolated exactly.** Every full-size pass does the same work, so the engine watches for
+the state to repeat: when threadblock 0 begins a pass it records the whole state *relative to that pass*
+(every threadblock's pass offset and position, every connection's counts, every flow's remaining bytes,
+every pending event's time from now), rounded to 1e-9 us and 1e-6 bytes. When a recorded state recurs
+``d`` passes and ``P`` microseconds later, the future repeats too (the engine is deterministic and the passes
+ahead are the same size), so the engine moves every threadblock ``J x d`` passes ahead, the clock ``J x P``
+and the links' byte counts ``J`` times their growth over one period, for the largest ``J`` that keeps
+every threadblock among the full-size passes, and simulates the rest (the last, partial pass) as usual.
+The result equals the full simulation; ``tests/test_simulate.py`` checks that on small cases.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from colls.errors import CollsError
+from colls.program import STEP_SEMANTICS, Program
+from colls.simulate.model import Model, tb_rate
+from colls.topology import Topology
+from colls.verify.execution import chunk_effective_bytes, fifo_messages, max_allowed_count
+from colls.verify.structure import kernel_numbers
+
+BIG = 1 << 24                       # published flag = pass * BIG + step number (steps per tb < 2^24)
+TIME_EPS = 1e-9                     # us: events this close are one batch
+_START, _LOCAL_DONE, _ARRIVE = 0, 1, 2
+MAX_TIMELINE_INTERVALS = 400_000    # per call; a timeline asks for one size, this bounds its memory
+
+
+@dataclass
+class RunResult:
+    """One simulated call: its time and what each link carried (timeline only when asked for)."""
+
+    time_us: float
+    passes: int
+    link_bytes: np.ndarray          # wire bytes each link carried
+    extrapolated_passes: int = 0    # passes skipped by the steady-state jump
+    events: int = 0
+    tb_lanes: list = field(default_factory=list)    # [(tb index, [(start, end, kind)])]
+    link_lanes: list = field(default_factory=list)  # [(link index, [(start, end, kind)])]
+    truncated: bool = False
+
+
+class Machine:
+    """A Program laid out in flat arrays over a Topology: threadblocks, steps, connections, routes."""
+
+    def __init__(self, program: Program, topology: Topology, kind: str | None):
+        self.program, self.topology, self.kind = program, topology, kind
+        if program.ngpus != topology.ngpus:
+            raise CollsError(f"the file is for {program.ngpus} GPUs but {topology.name} has "
+                             f"{topology.ngpus}", key="--hardware")
+        links = [(u, v) for u, v, _ in topology.links()]
+        self.links = links
+        link_index = {e: i for i, e in enumerate(links)}
+        g = topology.graph
+        # usable bytes per microsecond on each link: GB/s x 1000 x efficiency
+        self.link_cap = np.array([float(g.edges[e]["bw"]) * 1000.0 * float(g.edges[e].get("efficiency", 1))
+                                  for e in links], dtype=float)
+        self.tbs = []                                   # ti -> (gpu id, tb id, Threadblock)
+        for gpu in sorted(program.gpus, key=lambda x: x.id):
+            for tb in sorted(gpu.tbs, key=lambda x: x.id):
+                self.tbs.append((gpu.id, tb.id, tb))
+        index = {(gid, tid): ti for ti, (gid, tid, _) in enumerate(self.tbs)}
+        self.tb_cap = [tb_rate(g.nodes[gid].get("model")) * 1000.0 for gid, _, _ in self.tbs]
+        conns: dict = {}
+        self.conn_key, self.conn_sender, self.conn_receiver = [], [], []
+        self.out_conn = [-1] * len(self.tbs)
+        self.in_conn = [-1] * len(self.tbs)
+
+        def conn(key):
+            if key not in conns:
+                conns[key] = len(self.conn_key)
+                self.conn_key.append(key)
+                self.conn_sender.append(-1)
+                self.conn_receiver.append(-1)
+            return conns[key]
+
+        for ti, (gid, _, tb) in enumerate(self.tbs):
+            if tb.send is not None and tb.send >= 0:
+                c = conn((gid, tb.send, tb.chan))
+                self.out_conn[ti], self.conn_sender[c] = c, ti
+            if tb.recv is not None and tb.recv >= 0:
+                c = conn((tb.recv, gid, tb.chan))
+                self.in_conn[ti], self.conn_receiver[c] = c, ti
+        self.conn_links, self.conn_latency = [], []
+        for src, dst, chan in self.conn_key:
+            route = topology.route(src, dst) if src != dst else None
+            if route is None:
+                raise CollsError(f"gpu {src} sends to gpu {dst} on channel {chan}, but {topology.name} has no "
+                                 "route between them", key="--hardware")
+            self.conn_links.append(np.array([link_index[(u, v)] for u, v in zip(route, route[1:])], dtype=np.int64))
+            self.conn_latency.append(topology.route_latency(route))
+        # steps, flattened per threadblock
+        self.steps = []                                 # ti -> list of tuples
+        for ti, (gid, _, tb) in enumerate(self.tbs):
+            numbers = kernel_numbers(tb.steps)
+            real_after = [False] * (len(tb.steps) + 1)
+            for i in range(len(tb.steps) - 1, -1, -1):
+                real_after[i] = real_after[i + 1] or tb.steps[i].type != "nop"
+            out = []
+            for i, st in enumerate(tb.steps):
+                snd, rcv, _, _, red = STEP_SEMANTICS[st.type]
+                nop = st.type == "nop"
+                waits = st.depid is not None and st.depid >= 0 and (not nop or real_after[i])
+                dt = index[(gid, st.depid)] if waits else -1
+                if snd and self.out_conn[ti] < 0 or rcv and self.in_conn[ti] < 0:
+                    raise CollsError(f"gpu {gid} tb {tb.id} step {i} ({st.type}) has no peer to "
+                                     f"{'send to' if snd else 'receive from'}", key="tb")
+                kind = "send" if snd else "recv" if rcv else "nop" if nop else "reduce" if red else "copy"
+                # (sends, receives, nop, chunks, waits-on tb, deps, publishes, number, kind)
+                out.append((snd, rcv, nop, max(int(st.cnt or 0), 0), dt, int(st.deps or 0),
+                            bool(st.hasdep == 1 and not nop), numbers[i], kind))
+            self.steps.append(out)
+
+    def link_name(self, li: int) -> str:
+        u, v = self.links[li]
+        return f"{self.topology.label(u)} -> {self.topology.label(v)}"
+
+    def tb_name(self, ti: int) -> str:
+        gid, tid, tb = self.tbs[ti]
+        return f"gpu {gid} tb {tid} (ch {tb.chan})"
+
+
+def run(machine: Machine, size_bytes: float, model: Model, *, ncpl: int, proto: str | None,
+        timeline: bool = False, extrapolate: bool = True, buffsize: int | None = None) -> RunResult:
+    """Simulate one call of ``size_bytes`` (the whole buffer, as the runtime counts it) and return its time.
+
+    Raises CollsError when the program cannot finish at this size (a hang: the verifier names the cause).
+    """
+    return _Run(machine, size_bytes, model, ncpl, proto, timeline, extrapolate, buffsize).go()
+
+
+class _Run:
+    def __init__(self, m: Machine, size, model, ncpl, proto, timeline, extrapolate, buffsize):
+        self.m = m
+        self.model = model
+        chunk = size / ncpl                                 # bytes of one chunk
+        eff = chunk_effective_bytes(proto, m.kind, buffsize)
+        self.mac = max_allowed_count(max(int(math.ceil(size)), 1), ncpl, eff)
+        if chunk <= eff:
+            self.pass_bytes = [chunk]
+        else:
+            full, rest = divmod(chunk, eff)
+            self.pass_bytes = [float(eff)] * int(full) + ([rest] if rest > 1e-9 else [])
+        self.npass = len(self.pass_bytes)
+        self.nfull = sum(1 for b in self.pass_bytes if b == self.pass_bytes[0])
+        self.cap = fifo_messages(proto)
+        self.step_us = model.step_us
+        self.wire = 1.0 / model.data_fraction
+        T, C = len(m.tbs), len(m.conn_key)
+        self.tb_cap = [model.tb_gbps * 1000.0 for _ in range(T)] if model.tb_gbps else list(m.tb_cap)
+        self.it, self.pc, self.k = [0] * T, [0] * T, [0] * T
+        self.busy = [False] * T
+        self.done = [len(m.steps[ti]) == 0 for ti in range(T)]
+        self.published = [-1] * T
+        self.waiters = [[] for _ in range(T)]
+        self.sent, self.arrived, self.consumed = [0] * C, [0] * C, [0] * C
+        self.heap: list = []
+        self.seq = 0
+        self.now = 0.0
+        # the flows in flight, as arrays: threadblock, remaining wire bytes, rate; and their links as
+        # (link, flow) entries. New flows wait in ``pending`` until the next rebuild.
+        self.f_ti = np.zeros(0, dtype=np.int64)
+        self.f_rem = np.zeros(0)
+        self.f_rate = np.zeros(0)
+        self.e_link = np.zeros(0, dtype=np.int64)
+        self.e_own = np.zeros(0, dtype=np.int64)
+        self.pending: list = []
+        self.rates_dirty = False
+        self.tb_cap_arr = np.array(self.tb_cap, dtype=float)
+        self.link_bytes = np.zeros(len(m.links))
+        self.events = 0
+        self.timeline = timeline
+        self.tb_iv = [[] for _ in range(T)] if timeline else None
+        self.link_iv = [[] for _ in range(len(m.links))] if timeline else None
+        self.iv_count = 0
+        self.truncated = False
+        self.act_start = [0.0] * T
+        self.extrapolate = extrapolate and self.nfull > 2 and T > 0
+        self.snapshots: dict = {}
+        self.snap_due = False
+        self.ahead = 0
+        self.jumped = 0
+
+    # --- helpers -------------------------------------------------------------------------------------
+    def push(self, t, what, arg):
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, what, arg))
+
+    def messages(self, cnt: int, p: int) -> list[float]:
+        """Data bytes of each message a step of ``cnt`` chunks sends in pass ``p``."""
+        b = self.pass_bytes[p]
+        if cnt <= 0:
+            return [0.0]
+        if self.mac <= 1:
+            return [b] * cnt
+        full, rest = divmod(cnt, self.mac)
+        return [b * self.mac] * full + ([b * rest] if rest else [])
+
+    def wake(self, ti):
+        if ti >= 0 and not self.busy[ti] and not self.done[ti]:
+            self.try_run(ti)
+
+    # --- threadblocks --------------------------------------------------------------------------------
+    def try_run(self, ti):
+        m = self.m
+        steps = m.steps[ti]
+        while not self.busy[ti] and not self.done[ti]:
+            p, it, k = self.pc[ti], self.it[ti], self.k[ti]
+            snd, rcv, nop, cnt, dt, deps, pub, num, kind = steps[p]
+            if k == 0 and dt >= 0 and self.published[dt] < it * BIG + deps:
+                self.waiters[dt].append(ti)
+                return
+            if nop:
+                self.finish_step(ti)
+                continue
+            if rcv:
+                c = m.in_conn[ti]
+                if self.arrived[c] <= self.consumed[c]:
+                    return
+            if snd:
+                c2 = m.out_conn[ti]
+                if self.sent[c2] - self.consumed[c2] >= self.cap:
+                    return
+                self.sent[c2] += 1
+            self.busy[ti] = True
+            self.act_start[ti] = self.now
+            self.push(self.now + self.step_us, _START, ti)
+            return
+
+    def start(self, ti):
+        """The fixed cost is paid: move the message's bytes."""
+        m = self.m
+        p, it, k = self.pc[ti], self.it[ti], self.k[ti]
+        snd, rcv, nop, cnt, dt, deps, pub, num, kind = m.steps[ti][p]
+        nbytes = self.messages(cnt, it)[k]
+        if snd:
+            c = m.out_conn[ti]
+            links = m.conn_links[c]
+            wire = nbytes * self.wire
+            self.link_bytes[links] += wire
+            if wire <= 0:
+                self.complete(ti)
+                return
+            self.pending.append((ti, links, wire))
+            self.rates_dirty = True
+        else:
+            dur = nbytes / self.tb_cap[ti] if nbytes > 0 else 0.0
+            self.push(self.now + dur, _LOCAL_DONE, ti)
+
+    def complete(self, ti):
+        """The message's bytes have moved (sent, copied or reduced)."""
+        m = self.m
+        p = self.pc[ti]
+        snd, rcv, nop, cnt, dt, deps, pub, num, kind = m.steps[ti][p]
+        if self.timeline:
+            self.record(self.tb_iv[ti], self.act_start[ti], self.now, kind)
+        if snd:
+            c = m.out_conn[ti]
+            self.push(self.now + m.conn_latency[c], _ARRIVE, c)
+        if rcv:
+            c = m.in_conn[ti]
+            self.consumed[c] += 1
+            self.wake(m.conn_sender[c])
+        self.busy[ti] = False
+        self.k[ti] += 1
+        if self.k[ti] >= len(self.messages(cnt, self.it[ti])):
+            self.finish_step(ti)
+        self.wake(ti)
+
+    def finish_step(self, ti):
+        steps = self.m.steps[ti]
+        p = self.pc[ti]
+        self.k[ti] = 0
+        if steps[p][6]:
+            self.published[ti] = self.it[ti] * BIG + steps[p][7]
+            waiting, self.waiters[ti] = self.waiters[ti], []
+            for w in waiting:
+                self.wake(w)
+        if p + 1 < len(steps):
+            self.pc[ti] = p + 1
+            return
+        self.pc[ti] = 0
+        self.it[ti] += 1
+        if self.it[ti] >= self.npass:
+            self.done[ti] = True
+        elif ti == 0 and self.extrapolate:
+            self.snap_due = True
+        if self.it[ti] - self.it[0] > self.ahead:
+            self.ahead = self.it[ti] - self.it[0]
+
+    # --- flows ---------------------------------------------------------------------------------------
+    def rebuild(self, keep=None):
+        """Drop finished flows (``keep`` false), add the pending ones, recompute the max-min fair rates."""
+        if keep is not None and not keep.all():
+            e_keep = keep[self.e_own]
+            renum = np.cumsum(keep) - 1
+            self.e_link = self.e_link[e_keep]
+            self.e_own = renum[self.e_own[e_keep]]
+            self.f_ti, self.f_rem = self.f_ti[keep], self.f_rem[keep]
+        if self.pending:
+            n0 = len(self.f_ti)
+            new = self.pending
+            self.pending = []
+            self.f_ti = np.concatenate([self.f_ti, np.fromiter((f[0] for f in new), np.int64, len(new))])
+            self.f_rem = np.concatenate([self.f_rem, np.fromiter((f[2] for f in new), float, len(new))])
+            lens = [len(f[1]) for f in new]
+            self.e_link = np.concatenate([self.e_link] + [f[1] for f in new])
+            self.e_own = np.concatenate([self.e_own, np.repeat(np.arange(n0, n0 + len(new)), lens)])
+        n = len(self.f_ti)
+        self.f_rate = (_max_min(self.e_link, self.e_own, n, self.m.link_cap, self.tb_cap_arr[self.f_ti])
+                       if n else np.zeros(0))
+        if self.timeline:
+            load = np.bincount(self.e_link, weights=self.f_rate[self.e_own] if n else None,
+                               minlength=len(self.m.links))
+            self.link_load = load / self.m.link_cap
+        self.rates_dirty = False
+
+    def advance_flows(self, t):
+        if len(self.f_ti):
+            self.f_rem -= self.f_rate * (t - self.now)
+            if self.timeline and t > self.now:
+                for li in np.nonzero(self.link_load > 1e-12)[0]:
+                    kind = "full" if self.link_load[li] >= 0.99 else "partial"
+                    self.record(self.link_iv[li], self.now, t, kind)
+
+    def record(self, lane, a, b, kind):
+        if self.iv_count >= MAX_TIMELINE_INTERVALS:
+            self.truncated = True
+            return
+        if lane and lane[-1][2] == kind and abs(lane[-1][1] - a) <= TIME_EPS:
+            lane[-1] = (lane[-1][0], b, kind)
+            return
+        lane.append((a, b, kind))
+        self.iv_count += 1
+
+    # --- main loop -----------------------------------------------------------------------------------
+    def go(self) -> RunResult:
+        m = self.m
+        for ti in range(len(m.tbs)):
+            self.wake(ti)
+        while True:
+            t_heap = self.heap[0][0] if self.heap else math.inf
+            t_flow = math.inf
+            if len(self.f_ti):
+                t_flow = self.now + float((self.f_rem / self.f_rate).min())
+            t = min(t_heap, t_flow)
+            if t == math.inf:
+                break
+            self.advance_flows(t)
+            self.now = t
+            self.events += 1
+            keep = None
+            if len(self.f_ti):
+                finished = self.f_rem <= self.f_rate * TIME_EPS + 1e-9
+                if finished.any():
+                    keep = ~finished
+                    self.rates_dirty = True
+                    for ti in self.f_ti[finished].tolist():
+                        self.complete(ti)
+            while self.heap and self.heap[0][0] <= t + TIME_EPS:
+                _, _, what, arg = heapq.heappop(self.heap)
+                if what == _START:
+                    self.start(arg)
+                elif what == _LOCAL_DONE:
+                    self.complete(arg)
+                else:
+                    self.arrived[arg] += 1
+                    self.wake(m.conn_receiver[arg])
+            if self.rates_dirty:
+                self.rebuild(keep)
+            if self.snap_due:
+                self.snap_due = False
+                self.snapshot()
+        stuck = [ti for ti in range(len(m.tbs)) if not self.done[ti]]
+        if stuck:
+            ti = stuck[0]
+            gid, tid, _ = m.tbs[ti]
+            raise CollsError(f"the program hangs for calls of this size: gpu {gid} tb {tid} never gets past "
+                             f"step {self.pc[ti]} of pass {self.it[ti] + 1} ({len(stuck)} threadblocks stuck; "
+                             "colls verify explains why)")
+        res = RunResult(self.now + self.model.launch_us, self.npass, self.link_bytes, self.jumped, self.events)
+        if self.timeline:
+            res.tb_lanes = [(ti, iv) for ti, iv in enumerate(self.tb_iv) if iv]
+            res.link_lanes = [(li, iv) for li, iv in enumerate(self.link_iv) if iv]
+            res.truncated = self.truncated
+        return res
+
+    # --- steady state --------------------------------------------------------------------------------
+    def snapshot(self):
+        if self.timeline or self.jumped:
+            return
+        base = self.it[0]
+        if base >= self.nfull:
+            return
+        now = self.now
+        key = (
+            tuple(zip((i - base for i in self.it), self.pc, self.k, self.busy, self.done)),
+            tuple(p - base * BIG if p >= 0 else -1 for p in self.published),
+            tuple(s - c for s, c in zip(self.sent, self.consumed)),
+            tuple(a - c for a, c in zip(self.arrived, self.consumed)),
+            tuple(sorted(zip(self.f_ti.tolist(), np.round(self.f_rem, 6).tolist()))),
+            tuple(sorted((round(t - now, 9), what, arg) for t, _, what, arg in self.heap)),
+        )
+        seen = self.snapshots.get(key)
+        if seen is None:
+            self.snapshots[key] = (base, now, self.link_bytes.copy())
+            return
+        j, tj, bytes_j = seen
+        d, period = base - j, now - tj
+        jumps = (self.nfull - 1 - self.ahead - base - d) // d
+        if jumps < 1:
+            return
+        shift = jumps * d
+        self.jumped = shift
+        self.now = now + jumps * period
+        self.heap = [(t + jumps * period, s, w, a) for t, s, w, a in self.heap]
+        heapq.heapify(self.heap)
+        self.act_start = [a + jumps * period for a in self.act_start]
+        self.it = [i + shift if not dn else i for i, dn in zip(self.it, self.done)]
+        self.published = [p + shift * BIG if p >= 0 else p for p in self.published]
+        self.link_bytes = self.link_bytes + jumps * (self.link_bytes - bytes_j)
+        self.snapshots.clear()
+
+
+def _max_min(idx: np.ndarray, own: np.ndarray, n: int, link_cap: np.ndarray, fcap: np.ndarray) -> np.ndarray:
+    """Max-min fair rates of ``n`` flows; flow ``own[e]`` crosses link ``idx[e]``; flow f is capped at
+    ``fcap[f]`` (progressive filling)."""
+    rate = np.zeros(n)
+    frozen = np.zeros(n, dtype=bool)
+    rem = link_cap.astype(float).copy()
+    L = len(link_cap)
+    while True:
+        live = ~frozen[own]
+        cnt = np.bincount(idx[live], minlength=L)
+        used = cnt > 0
+        d_link = float((rem[used] / cnt[used]).min()) if used.any() else math.inf
+        headroom = fcap[~frozen] - rate[~frozen]
+        d = min(d_link, float(headroom.min()))
+        rate[~frozen] += d
+        rem -= d * cnt
+        full = used & (rem <= link_cap * 1e-12)
+        newly = (~frozen) & (rate >= fcap * (1 - 1e-12))
+        if full.any():
+            hit = live & full[idx]
+            newly[own[hit]] = True
+        frozen |= newly
+        if frozen.all():
+            return rate
