@@ -11,6 +11,7 @@ Every numeric option has a range checked before any work (:class:`Whole`); value
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import traceback
@@ -278,6 +279,71 @@ def bound_cmd(hardware, nodes, collective, size, root, trees, as_json):
         click.echo(b.format(size))
         if trees:
             click.echo(data["trees"]["text"])
+
+
+BASELINES = ("nccl-ring", "nccl-tree")
+
+
+@cli.command(name="simulate")
+@click.argument("paths", metavar="[FILE.xml]...", nargs=-1)
+@_hardware_options
+@click.option("--sizes", default="1KB:4GB", show_default=True,
+              help="Call sizes: FIRST:LAST (every power of two between), FIRST:LAST:FACTOR or a comma list; "
+                   "1KB = 1024 bytes; size = one rank's whole buffer, as nccl-tests prints it.")
+@click.option("--inplace", is_flag=True, help="Time in-place calls (default: out-of-place).")
+@click.option("--target", type=Choice(sorted(TARGETS)), default="exe", show_default=True)
+@click.option("--baseline", type=Choice(BASELINES), default=None,
+              help="Also time NCCL's own ring (or, for allreduce, tree) on this machine, its best protocol and "
+                   "channel count at each size.")
+@click.option("--collective", type=Choice(KINDS), default=None,
+              help="The collective of --baseline when no FILE is given.")
+@click.option("--root", type=Whole(0, MAX_NODES * MAX_COPIES), default=None,
+              help="Root rank of a broadcast/reduce --baseline without FILE (a file's root is its own).")
+@click.option("--plot", "plot_path", default=None, metavar="PNG", help="Draw algbw against size, one line per "
+              "file (and the baseline), with the optimum as a dashed line.")
+@click.option("--timeline", "timeline_path", default=None, metavar="PNG",
+              help="Draw one call (--size) per link and per threadblock, and print the links' utilisation.")
+@click.option("--size", "timeline_size", default=None, metavar="SIZE", help="The call size --timeline shows.")
+@click.option("--json", "as_json", is_flag=True, help="Every number, as JSON.")
+def simulate_cmd(paths, hardware, nodes, sizes, inplace, target, baseline, collective, root, plot_path,
+                 timeline_path, timeline_size, as_json):
+    """Time MSCCL files (from any generator) on a machine, per call size, and show where the time goes.
+
+    Each file is verified first: an invalid file is refused. See the README's "Simulating" section for
+    the model and how to read its output.
+    """
+    from colls import simulate as sim
+    from colls.simulate import cli_run
+    if not paths and baseline is None:
+        raise CollsError("give at least one FILE, or --baseline with --collective", key="FILE")
+    size_list = sim.parse_sizes(sizes, "--sizes")
+    shown = None
+    if timeline_path is not None or timeline_size is not None:
+        if timeline_path is None or timeline_size is None:
+            raise CollsError("--timeline PNG and --size SIZE go together", key="--timeline/--size")
+        if len(paths) + (baseline is not None) != 1:
+            raise CollsError("a timeline shows one call of one FILE (or of the baseline alone)", key="--timeline")
+        shown = sim.parse_sizes(timeline_size, "--size")
+        if len(shown) != 1:
+            raise CollsError("one size", key="--size")
+        shown = shown[0]
+    outputs = [(p, o) for p, o in ((plot_path, "--plot"), (timeline_path, "--timeline")) if p is not None]
+    from colls import files
+    for p, o in outputs:
+        files.check_output(p, o)
+    if len(outputs) == 2 and os.path.abspath(plot_path) == os.path.abspath(timeline_path):
+        raise CollsError("--plot and --timeline name the same file", key="--timeline")
+    texts = [(p, files.read_text(p, files.MAX_XML_BYTES, option="FILE")) for p in paths]
+    topo = _load(hardware, nodes)
+    if root is not None:
+        _check_root(root, topo)
+    out = cli_run.run(texts, topo, size_list, inplace=inplace, target=target, baseline=baseline,
+                      collective=collective, root=root, plot_path=plot_path, timeline_path=timeline_path,
+                      timeline_size=shown, warn=lambda line: click.echo(f"colls: warning: {line}", err=True))
+    if as_json:
+        _echo_json(out.data)
+    else:
+        click.echo(out.text)
 
 
 def _check_root(root: int, topo) -> None:

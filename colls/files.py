@@ -124,8 +124,9 @@ def check_output(path, option: str = "-o") -> str:
     return target
 
 
-def write_atomic(path, text: str, option: str = "-o") -> None:
-    """Write ``text`` to ``path`` so that readers see either the old file or the whole new one.
+def write_atomic(path, text: str | bytes, option: str | None = "-o") -> None:
+    """Write ``text`` (ASCII text, or bytes as they are) to ``path`` so that readers see either the old
+    file or the whole new one.
 
     ``path`` must pass :func:`check_output`. The text goes to a temporary file in the same folder, is
     flushed to disk, then renamed over ``path``; on any failure the temporary file is removed and
@@ -139,7 +140,8 @@ def write_atomic(path, text: str, option: str = "-o") -> None:
     except OSError as e:
         raise CollsError(f"cannot write there ({_os_message(e)})", source=str(path)) from None
     try:
-        with os.fdopen(fd, "w", encoding="ascii", newline="\n") as fh:
+        binary = isinstance(text, bytes)
+        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="ascii", newline="\n")) as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())

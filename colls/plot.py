@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
-import tempfile
 from io import BytesIO
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -36,7 +34,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 from matplotlib.transforms import blended_transform_factory
 
 from colls.errors import CollsError
-from colls.files import _os_message, check_output
+from colls.files import check_output, write_atomic
 
 MAX_LANES = 60
 LANE_INCHES = 0.22
@@ -82,7 +80,7 @@ def human_size(nbytes: int) -> str:
     return str(nbytes)
 
 
-def plot_curves(curves, path, *, title="", bound=None, ylabel="algbw (GB/s)") -> None:
+def plot_curves(curves, path, *, title="", bound=None, ylabel="algbw (GB/s)", option=None) -> None:
     """Write a line chart of bandwidth against message size to a PNG file.
 
     Parameters
@@ -105,12 +103,12 @@ def plot_curves(curves, path, *, title="", bound=None, ylabel="algbw (GB/s)") ->
         When ``path`` cannot be written (its folder is missing, it is a folder or a device, writing
         fails), when there is nothing to plot, or when a size is not a positive whole number.
     """
-    target = check_output(path, None)
+    check_output(path, option)
     fig = _curves_figure(curves, title=title, bound=bound, ylabel=ylabel)
-    _write_png(fig, path, target)
+    _write_png(fig, path, option)
 
 
-def plot_timeline(lanes, path, *, title="", total_us=None, groups=None) -> None:
+def plot_timeline(lanes, path, *, title="", total_us=None, groups=None, option=None) -> None:
     """Write a Gantt chart of one simulated call to a PNG file.
 
     Parameters
@@ -134,9 +132,9 @@ def plot_timeline(lanes, path, *, title="", total_us=None, groups=None) -> None:
         When ``path`` cannot be written, when there are no lanes, when an interval ends before it
         starts or is not finite, or when a group's lane index is negative.
     """
-    target = check_output(path, None)
+    check_output(path, option)
     fig = _timeline_figure(lanes, title=title, total_us=total_us, groups=groups)
-    _write_png(fig, path, target)
+    _write_png(fig, path, option)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -272,31 +270,9 @@ def _timeline_figure(lanes, *, title="", total_us=None, groups=None) -> Figure:
 # --------------------------------------------------------------------------------------------------------
 # Writing
 # --------------------------------------------------------------------------------------------------------
-def _write_png(fig: Figure, path, target: str) -> None:
-    """Render ``fig`` to PNG bytes in memory and replace ``target`` with them atomically.
-
-    :func:`colls.files.write_atomic` writes text only; this is its counterpart for bytes (temporary
-    file in the same folder, flushed, renamed over the target, removed on failure).
-    """
+def _write_png(fig: Figure, path, option) -> None:
+    """Render ``fig`` to PNG bytes in memory and replace ``path`` with them atomically
+    (:func:`colls.files.write_atomic`); ``option`` names the command-line option in errors."""
     buffer = BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
-    folder, name = os.path.split(target)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder or ".")
-    except OSError as e:
-        raise CollsError(f"cannot write there ({_os_message(e)})", source=str(path)) from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(buffer.getvalue())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise CollsError(f"cannot write ({_os_message(e)})", source=str(path)) from None
-        raise
+    write_atomic(path, buffer.getvalue(), option)

@@ -151,8 +151,7 @@ class Machine:
             self.steps.append(out)
 
     def link_name(self, li: int) -> str:
-        u, v = self.links[li]
-        return f"{self.topology.label(u)} -> {self.topology.label(v)}"
+        return " -> ".join(f"GPU {x}" if isinstance(x, int) else str(x) for x in self.links[li])
 
     def tb_name(self, ti: int) -> str:
         gid, tid, tb = self.tbs[ti]
@@ -462,26 +461,41 @@ class _Run:
 
 
 def _max_min(idx: np.ndarray, own: np.ndarray, n: int, link_cap: np.ndarray, fcap: np.ndarray) -> np.ndarray:
-    """Max-min fair rates of ``n`` flows; flow ``own[e]`` crosses link ``idx[e]``; flow f is capped at
-    ``fcap[f]`` (progressive filling)."""
+    """Max-min fair rates of ``n`` flows; flow ``own[e]`` crosses link ``idx[e]`` (entries grouped by flow,
+    every flow with at least one link); flow f never exceeds ``fcap[f]``.
+
+    Water-filling, many bottlenecks per round: a link whose fair share (what is left of it over its
+    unfrozen flows) is no more than any constraint of any of its flows is a bottleneck, and its flows get
+    exactly that share, because shares only grow as other flows freeze below them; likewise a flow whose
+    cap is below every share it sees gets its cap. The tightest link is always such a bottleneck, so every
+    round freezes something, and independent bottlenecks (each NIC of a cluster) freeze in the same round.
+    The result is the allocation progressive filling gives (Bertsekas and Gallager, "Data Networks", 6.5.2).
+    """
     rate = np.zeros(n)
-    frozen = np.zeros(n, dtype=bool)
-    rem = link_cap.astype(float).copy()
+    rem = link_cap.astype(float)
     L = len(link_cap)
-    while True:
-        live = ~frozen[own]
-        cnt = np.bincount(idx[live], minlength=L)
-        used = cnt > 0
-        d_link = float((rem[used] / cnt[used]).min()) if used.any() else math.inf
-        headroom = fcap[~frozen] - rate[~frozen]
-        d = min(d_link, float(headroom.min()))
-        rate[~frozen] += d
-        rem -= d * cnt
-        full = used & (rem <= link_cap * 1e-12)
-        newly = (~frozen) & (rate >= fcap * (1 - 1e-12))
-        if full.any():
-            hit = live & full[idx]
-            newly[own[hit]] = True
-        frozen |= newly
-        if frozen.all():
-            return rate
+    flows = np.arange(n)
+    cap = fcap.astype(float)
+    while len(flows):
+        cnt = np.bincount(idx, minlength=L)
+        share = rem / np.maximum(cnt, 1)
+        share[cnt == 0] = np.inf
+        e_share = share[idx]
+        per_flow = np.bincount(own, minlength=len(flows))
+        starts = np.cumsum(per_flow) - per_flow
+        fmin = np.minimum(np.minimum.reduceat(e_share, starts), cap)
+        linkmin = np.full(L, np.inf)
+        np.minimum.at(linkmin, idx, fmin[own])
+        on = (share <= linkmin * (1 + 1e-12))[idx]
+        got = np.where(cap <= fmin * (1 + 1e-12), cap, np.inf)
+        np.minimum.at(got, own[on], e_share[on])
+        newly = got < np.inf
+        rate[flows[newly]] = got[newly]
+        e_new = newly[own]
+        rem = rem - np.bincount(idx[e_new], weights=got[own[e_new]], minlength=L)
+        keep = ~newly
+        renum = np.cumsum(keep) - 1
+        e_keep = ~e_new
+        idx, own = idx[e_keep], renum[own[e_keep]]
+        flows, cap = flows[keep], cap[keep]
+    return rate

@@ -44,14 +44,21 @@ def table(timings: list[Timing]) -> str:
     return "\n".join(lines)
 
 
-def link_summary(machine, res, top: int = 12) -> str:
-    """The links that carried the most, as a share of what each could carry during the call."""
+def link_use(machine, res) -> list[dict]:
+    """Every link that carried data, busiest first: its bytes and their share of what it could carry."""
     util = res.link_bytes / (machine.link_cap * res.time_us)
     order = sorted(range(len(util)), key=lambda i: (-util[i], i))
-    used = [i for i in order if res.link_bytes[i] > 0]
-    lines = [f"link utilisation over the {res.time_us:.2f} us call ({len(used)} of {len(util)} links carry data):"]
-    for i in used[:top]:
-        lines.append(f"  {100 * util[i]:5.1f}%  {res.link_bytes[i] / 1e6:12.3f} MB  {machine.link_name(i)}")
+    return [{"link": machine.link_name(i), "bytes": float(res.link_bytes[i]), "utilisation": float(util[i])}
+            for i in order if res.link_bytes[i] > 0]
+
+
+def link_summary(machine, res, top: int = 12) -> str:
+    """The links that carried the most, as a share of what each could carry during the call."""
+    used = link_use(machine, res)
+    lines = [f"link utilisation over the {res.time_us:.2f} us call ({len(used)} of {len(machine.links)} links "
+             "carry data):"]
+    for u in used[:top]:
+        lines.append(f"  {100 * u['utilisation']:5.1f}%  {u['bytes'] / 1e6:12.3f} MB  {u['link']}")
     if len(used) > top:
         lines.append(f"  ... {len(used) - top} more links")
     return "\n".join(lines)

@@ -105,6 +105,8 @@ def _infer_collective(cx: Context) -> None:
         c = ncpl
     root = _infer_root(cx, kind, n) if kind in ("broadcast", "reduce") else 0
     cx.coll = Collective(kind, n, c, root)
+    if kind in ("broadcast", "reduce"):
+        cx.facts["root"] = root
 
 
 def _infer_root(cx: Context, kind: str, n: int) -> int:

@@ -1,0 +1,216 @@
+"""The simulator: its laws (never faster than the bounds, monotone in bandwidth, blind to how a file lists
+its threadblocks), the exact steady-state jump, which calls a file serves, and files from other tools."""
+
+from __future__ import annotations
+
+import copy
+import random
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import topos
+from colls import bound as bounds
+from colls import msccl, pipeline
+from colls.collectives import KINDS, Collective
+from colls.errors import CollsError
+from colls.hardware import load_topology
+from colls.simulate import SIZE_MULTIPLIED, parse_sizes, served, simulate, size_text, sweep
+from colls.simulate.engine import Machine, run
+from colls.simulate.model import for_protocol
+from colls.verify import verify
+
+DATA = Path(__file__).parent / "data"
+MACHINES = {
+    "switch3": lambda: topos.switch_node(3),
+    "switch4-slow": lambda: topos.switch_node(4, bw=40),
+    "mesh4": lambda: topos.mesh_node(topos.MESH4),
+    "rails2x2": lambda: topos.rail_cluster(2, 2),
+    "shared-nic2x4": lambda: topos.shared_nic_cluster(2, 4),
+}
+
+
+@lru_cache(maxsize=None)
+def written(machine: str, method: str, kind: str, proto: str = "Simple"):
+    topo = MACHINES[machine]()
+    try:
+        c = pipeline.compile_schedule(topo, Collective(kind, topo.ngpus, root=1), method, proto=proto)
+    except CollsError:
+        return None
+    return c.program
+
+
+def unit(program, kind: str) -> int:
+    """The smallest call size (bytes, float32) the file serves."""
+    mult = program.ngpus if kind in SIZE_MULTIPLIED else 1
+    return 4 * mult * program.nchunksperloop
+
+
+def scaled(topo, factor):
+    t = copy.deepcopy(topo)
+    for _, _, d in t.graph.edges(data=True):
+        d["bw"] = d["bw"] * factor
+    t._routes.clear()
+    return t
+
+
+cases = st.tuples(st.sampled_from(sorted(MACHINES)), st.sampled_from(("ring", "direct", "trees")),
+                  st.sampled_from(KINDS), st.sampled_from(("Simple", "LL", "LL128")),
+                  st.sampled_from((1, 7, 1000, 2**16, 2**20)))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(case=cases)
+def test_never_faster_than_the_bounds_and_never_slower_with_more_bandwidth(case):
+    machine, method, kind, proto, k = case
+    program = written(machine, method, kind, proto)
+    assume(program is not None)
+    topo = MACHINES[machine]()
+    size = unit(program, kind) * k
+    b = bounds.bound(topo, kind, root=1)
+    t, _ = simulate(program, topo, kind, size, bound=b)
+    assert t.served, t.reason
+    assert t.time_us >= b.time_us(size) * (1 - 1e-9)
+    assert t.time_us >= b.latency_us
+    assert t.bound_pct <= 100 + 1e-6
+    faster, _ = simulate(program, scaled(topo, 2), kind, size)
+    assert faster.time_us <= t.time_us * (1 + 1e-9), (faster.time_us, t.time_us)
+
+
+def renumbered(program, seed: int):
+    """The same program with every GPU's threadblock ids permuted (dependencies follow) and listed in a
+    shuffled order."""
+    p = copy.deepcopy(program)
+    rng = random.Random(seed)
+    for g in p.gpus:
+        ids = [tb.id for tb in g.tbs]
+        new = ids[:]
+        rng.shuffle(new)
+        perm = dict(zip(ids, new))
+        for tb in g.tbs:
+            tb.id = perm[tb.id]
+            for s in tb.steps:
+                if s.depid is not None and s.depid >= 0:
+                    s.depid = perm[s.depid]
+        rng.shuffle(g.tbs)
+    rng.shuffle(p.gpus)
+    return p
+
+
+@pytest.mark.parametrize("machine,method,kind", [("switch3", "trees", "allreduce"), ("rails2x2", "ring", "allgather"),
+                                                 ("mesh4", "direct", "alltoall"), ("rails2x2", "trees", "reducescatter"),
+                                                 ("shared-nic2x4", "ring", "allreduce")])
+def test_the_order_of_threadblocks_in_a_file_does_not_change_its_time(machine, method, kind):
+    program = written(machine, method, kind)
+    topo = MACHINES[machine]()
+    for size in (unit(program, kind), unit(program, kind) * 2**18):
+        base = simulate(program, topo, kind, size)[0].time_us
+        for seed in range(3):
+            p = renumbered(program, seed)
+            assert verify(p, "exe").ok
+            assert simulate(p, topo, kind, size)[0].time_us == pytest.approx(base, rel=1e-9)
+
+
+@pytest.mark.parametrize("machine,method,kind,proto", [
+    ("switch3", "ring", "allreduce", "Simple"), ("rails2x2", "trees", "allgather", "Simple"),
+    ("mesh4", "direct", "alltoall", "Simple"), ("switch4-slow", "ring", "reducescatter", "LL128"),
+    ("shared-nic2x4", "trees", "allreduce", "LL"), ("rails2x2", "ring", "broadcast", "Simple")])
+def test_the_steady_state_jump_equals_the_full_simulation(machine, method, kind, proto):
+    program = written(machine, method, kind, proto)
+    topo = MACHINES[machine]()
+    m = Machine(program, topo, kind)
+    jumped = 0
+    for passes in (9, 40, 200):
+        size = unit(program, kind) * (1 << 19) // 4 * passes + unit(program, kind) * 3   # a partial last pass
+        size -= size % unit(program, kind)
+        kw = dict(ncpl=program.nchunksperloop, proto=proto)
+        fast = run(m, size, for_protocol(proto), extrapolate=True, **kw)
+        full = run(m, size, for_protocol(proto), extrapolate=False, **kw)
+        assert fast.time_us == pytest.approx(full.time_us, rel=1e-9)
+        assert fast.link_bytes == pytest.approx(full.link_bytes, rel=1e-9)
+        assert fast.passes == full.passes
+        jumped += fast.extrapolated_passes
+        assert full.extrapolated_passes == 0
+    assert jumped > 0
+
+
+def test_a_large_call_costs_about_as_much_to_simulate_as_a_small_one():
+    program = written("rails2x2", "ring", "allreduce")
+    topo = MACHINES["rails2x2"]()
+    m = Machine(program, topo, "allreduce")
+    kw = dict(ncpl=program.nchunksperloop, proto="Simple")
+    mid = run(m, 2**28, for_protocol("Simple"), **kw)
+    big = run(m, 2**34, for_protocol("Simple"), **kw)
+    assert big.passes == 64 * mid.passes
+    assert big.events < 3 * mid.events
+
+
+def test_which_calls_a_file_serves():
+    program = written("switch4-slow", "ring", "allgather")      # 4 ranks, 4 chunks per loop
+    assert served(program, "allgather", 64) is None             # count 4, multiple of 4
+    assert "not a multiple of nchunksperloop" in served(program, "allgather", 32)
+    assert "elements" in served(program, "allgather", 66)
+    program.max_bytes = 1000
+    assert "outside" in served(program, "allgather", 1024)
+    program.max_bytes = 0
+    program.inplace = 0
+    assert "in-place" in served(program, "allgather", 64, inplace=True)
+    t, res = simulate(program, MACHINES["switch4-slow"](), "allgather", 32)
+    assert not t.served and res is None and "not run" not in t.reason
+
+
+def test_sizes():
+    assert parse_sizes("1KB:8KB") == [1024, 2048, 4096, 8192]
+    assert parse_sizes("1K:1G:1024") == [1 << 10, 1 << 20, 1 << 30]
+    assert parse_sizes("8, 1MB,8") == [8, 1 << 20]
+    assert size_text(3 << 20) == "3MB" and size_text(1000) == "1000B"
+    for bad in ("", "1KB:", "4KB:1KB", "1XB", "0", "1KB:1GB:1", "2TB", "-5"):
+        with pytest.raises(CollsError):
+            parse_sizes(bad)
+
+
+def test_a_hang_at_some_size_is_an_error_not_a_time():
+    program, _ = msccl.parse((DATA / "size_dependent_hang.xml").read_text(), "f")
+    topo = topos.switch_node(program.ngpus)
+    kind = "allgather" if program.coll == "allgather" else program.coll
+    with pytest.raises(CollsError, match="hangs"):
+        simulate(program, topo, kind, 1 << 30, native=True)
+
+
+@pytest.mark.parametrize("name,machine", [("mscclang_allreduce_inplace.xml", lambda: topos.switch_node(4)),
+                                          ("forestcoll_allreduce_tree3.xml", lambda: topos.switch_node(3)),
+                                          ("msccl_tools_allgather_ring8.xml", lambda: load_topology("dgx-a100")),
+                                          ("taccl_reduce_scatter_ring4.xml", lambda: topos.switch_node(4)),
+                                          ("teccl_allgather_inplace.xml", None)])
+def test_files_from_other_generators_simulate_and_respect_the_bound(name, machine):
+    program, found = msccl.parse((DATA / name).read_text(), name)
+    report = verify(program, "exe", findings=found)
+    kind = report.facts["kind"]
+    topo = machine() if machine else topos.switch_node(program.ngpus)
+    b = bounds.bound(topo, kind)
+    sizes = [unit(program, kind) * k for k in (1, 1 << 10, 1 << 18)]
+    timings = sweep(program, topo, kind, sizes, bound=b, inplace=bool(program.inplace))
+    for t in timings:
+        assert t.served, t.reason
+        assert t.time_us >= b.min_time_us(t.size_bytes)
+    assert timings[-1].algbw_gbps > timings[0].algbw_gbps
+
+
+def test_the_runtime_loop_pipelines_passes():
+    """Two passes overlap: a two-pass call takes less than twice a one-pass call."""
+    program = written("switch3", "ring", "allgather")
+    topo = MACHINES["switch3"]()
+    one = 3 * (2 << 20) * 3         # 3 chunks of one 2 MiB slice
+    t1 = simulate(program, topo, "allgather", one)[0]
+    t2 = simulate(program, topo, "allgather", 2 * one)[0]
+    assert t1.passes == 1 and t2.passes == 2
+    assert t2.time_us < 2 * t1.time_us - for_protocol("Simple").launch_us
+
+
+def test_a_file_for_another_machine_is_refused():
+    program = written("switch3", "ring", "allgather")
+    with pytest.raises(CollsError, match="3 GPUs"):
+        simulate(program, topos.switch_node(4), "allgather", 1 << 20)
