@@ -1,0 +1,355 @@
+"""What NCCL does by itself: its ring and tree algorithms, written as verified MSCCL programs.
+
+To show what the runtime would do without an MSCCL file, NCCL's own algorithms are expressed as MSCCL
+programs on the same machine, so that one engine times both. :func:`nccl_program` builds them.
+
+What NCCL does
+--------------
+All file paths are in github.com/NVIDIA/nccl.
+
+*Channels.* NCCL cuts every call across its channels (one SM each); a channel runs its own ring or tree
+concurrently with the others and owns its slice of the buffer (``src/device/all_reduce.h``: channel
+``bid`` handles ``gridOffset + bid * chunkSize``). The topology search finds a set of channels and
+``ncclTopoPreset``/``ncclTopoPostset`` (``src/graph/connect.cc``) run each of them twice: channel ``c``
+and channel ``c + nChannels``.
+
+*Ring.* Each channel is one ring over all ranks (``src/graph/rings.cc`` builds the rank order from each
+rank's ring ``prev``/``next``). Within a channel the allreduce is a reduce-scatter then an allgather,
+2(N-1) steps, pipelined chunk by chunk (``runRing`` in ``src/device/all_reduce.h``: ``send``, N-2
+``recvReduceSend``, ``directRecvReduceCopySend``, N-2 ``directRecvCopySend``, ``directRecv``).
+Allgather, reducescatter, broadcast and reduce run on the same rings (broadcast and reduce as a chain
+from or to the root); ``src/graph/tuning.cc`` allows only the ring for broadcast and reduce.
+Inside a node the ring follows NVLink; across nodes it enters and leaves each node through a NIC
+(``src/graph/search.cc``, "Search Patterns": ``NET n -> GPU a -> .. -> GPU x -> NET n (or m if
+crossNic)``), and the search gives different channels different NICs (``ncclTopoSearchRecNet`` tries
+each NET in turn), so the channels spread over the rails. Alltoall is not a ring in NCCL: it is grouped
+point-to-point sends and receives, every rank to every other rank.
+
+*Tree (allreduce).* NCCL builds a double binary tree over the *nodes* (``ncclGetDtree`` in
+``src/graph/trees.cc``): tree 0 is ``ncclGetBtree``'s binary tree rooted at node 0, tree 1 its mirror
+(``nNodes - 1 - node``; for an odd node count a shift by one), so that each node is an interior vertex
+in at most one tree and a leaf in the other (NVIDIA, "Massively Scale Your Deep Learning Training with
+NCCL 2.4", developer blog, 2019). That holds exactly for an even node count; with an odd one the shift
+leaves node 0 (tree 0's root, which has one child there) interior in tree 1 as well.
+Inside a node the tree is a chain through the node's GPUs (search pattern ``Tree: NET n -> GPU a ->
+GPU b -> .. -> GPU x`` with ``GPU a`` also sending to ``NET n``): the chain's first GPU is the node's
+contact with the parent node and the child nodes (``NCCL_TOPO_PATTERN_TREE``, "All NIC traffic going
+to/from the same GPU", ``src/include/graph.h``; ``connectTrees`` in ``src/graph/connect.cc``), and each
+GPU's parent in the chain is the one before it.
+With one node the tree is just the chain. Channel ``c`` runs tree 0 and its copy ``c + nChannels`` runs
+tree 1 over the same chain (``connectTrees``), so the data is split in half between the two trees. Each
+half is reduced up the tree to the root and broadcast back down, pipelined chunk by chunk: ``runTreeSplit``
+in ``src/device/all_reduce.h`` runs ``recvReduceSend`` up and ``directRecvCopySend`` down at once in one
+channel, many chunks in flight, the root doing ``directRecvReduceCopySend``.
+
+How the programs are built
+--------------------------
+*Ring.* colls' own ring method with one ring per channel (:func:`colls.pipeline.compile_schedule`,
+``method="ring"``, ``rings=channels``): its rings have NCCL's shape (NVLink inside a node, one NIC
+out and one NIC in per node, different channels on different rails; the tests check this on DGX A100
+x2). Alltoall is colls' ``direct`` schedule (every rank sends straight to every
+other rank) in ``channels`` interleaved copies; on a fabric where some pair has no route (NDv2's hybrid
+cube mesh, where NCCL would go through PCIe and the host) it is colls' ring alltoall, which relays those
+pairs over NVLink.
+
+*Tree.* :func:`tree_schedule` writes the double binary tree as a colls
+:class:`~colls.schedule.Schedule` and :func:`colls.lower.lower` turns it into a program. Each of the
+``channels`` channels holds a pair of trees on two lanes (lane ``2c`` tree 0, lane ``2c + 1`` tree 1),
+and lanes become MSCCL channels, so the program has ``2 x channels`` channels, NCCL's ``c`` and
+``c + nChannels``. Every lane owns its own chunk columns (chunk ``m * lanes + lane``, NCCL's
+interleaving of channels), one each by default: ``2 x channels`` chunks per loop, since the runtime's
+loop already pipelines the slices of every chunk through the tree. Per chunk, a leaf sends its input up;
+an inner GPU receives from its children one after another, the first reduced with its own input and the
+others with the partial sum, the last one kept in flight and sent on to the parent (``rrs``); the root
+keeps the total, and every GPU receives it from its parent and copies it on to its children (``rcs``).
+Channel ``c``'s chain starts at a GPU on NIC rail ``c`` (mod the rails; GPUs sharing a rail take turns)
+and follows the node's best Hamiltonian path from there (:func:`colls.synth.ring.best_tour`).
+
+Where these programs differ from NCCL
+-------------------------------------
+- Channel count: NCCL runs every searched channel twice (``c`` and ``c + nChannels``). The ring
+  programs run ``channels`` rings (one MSCCL channel each, no duplicates; a ring whose steps exceed a
+  threadblock's limit is cut into step segments on channels of their own); the tree programs run
+  ``channels`` pairs of trees, ``2 x channels`` MSCCL channels.
+- Ring crossings: NCCL computes one graph per node and uses it on every node, so a channel enters and
+  leaves each node through the same NIC (``NET n ... NET n``) and the GPUs by that NIC. colls' profiles
+  attach one NIC per GPU (DGX A100) and have no PCIe switch shared by two GPUs, so colls' ring enters a
+  node on rail ``j`` and leaves it on rail ``j + 1``, alternating between nodes so every inter-node hop
+  stays on one rail (see :mod:`colls.synth.ring`): the same one NIC out and one NIC in per node and
+  channel, on a different pair of GPUs.
+- Tree pattern: NCCL's tree search starts from ``NCCL_TOPO_PATTERN_BALANCED_TREE`` (``src/init.cc``;
+  the parent and the children on two GPUs near the NIC) and tries the simpler ``SPLIT_TREE`` and
+  ``TREE`` when it finds no channel (``ncclTopoCompute``, "Try a simpler tree"); these programs use
+  ``TREE`` (one GPU per node and channel talks to the network).
+- Reductions: an MSCCL threadblock has one receive peer, so a GPU reduces its (up to three) children one
+  after another instead of in one ``recvReduceSend`` over all of them, and the reduce and broadcast
+  halves are separate threadblocks instead of one split thread block.
+- Chunking: NCCL chooses chunk sizes and the number of channels per call size (``src/graph/tuning.cc``,
+  ``src/enqueue.cc``); here they are fixed by the program (the runtime's slicing of each chunk remains).
+- Alltoall: NCCL's point-to-point scheduler spreads peers over channels per round; here every channel
+  carries a slice of every pair's block.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from colls import lower as lowering
+from colls import msccl, verify
+from colls.collectives import Collective
+from colls.errors import CollsError, LimitError
+from colls.pipeline import compile_schedule
+from colls.program import PROTOCOLS, Program
+from colls.schedule import TRANSIENT, Op, Schedule
+from colls.synth.common import checked_route
+from colls.synth.ring import best_tour
+from colls.targets import Target, get_target
+from colls.topology import NIC, Topology
+
+ALGORITHMS = ("ring", "tree")
+METHOD = "nccl-tree"
+
+
+def nccl_program(topology: Topology, collective: Collective, algorithm: str, *, channels: int,
+                 proto: str = "Simple", target: str = "exe") -> Program:
+    """NCCL's own ``algorithm`` for ``collective`` on ``topology`` with ``channels`` channels, as a
+    verified Program.
+
+    Parameters
+    ----------
+    topology : the machine (:func:`colls.hardware.load_topology`).
+    collective : the :class:`~colls.collectives.Collective`; broadcast and reduce use its root.
+    algorithm : ``"ring"`` (every collective; alltoall as all-pairs sends) or ``"tree"`` (allreduce
+        only: the double binary tree).
+    channels : NCCL channels: rings for ``"ring"`` (``channels`` MSCCL channels, or a multiple of it where
+        the lowering cuts a long ring into step segments, from 8 DGX A100 nodes on), pairs of trees for
+        ``"tree"`` (``2 x channels`` MSCCL channels).
+    proto : ``"Simple"``, ``"LL128"`` or ``"LL"``, the program's protocol.
+    target : the runtime whose contract the program is proven against (``exe``, ``rccl``, ``old``).
+
+    Returns the program, proven by :func:`colls.verify.verify` for ``target`` (in-place and out-of-place
+    calls) with no error.
+
+    Raises
+    ------
+    CollsError
+        One line naming the option: ``--baseline`` for an unknown algorithm or the tree for anything but
+        allreduce, ``--channels`` for a channel count outside 1 .. the target's channel limit (halved for
+        the tree's pairs) or a program that does not fit the target, ``--proto``, ``--target``.
+    """
+    tgt = get_target(target)
+    if algorithm not in ALGORITHMS:
+        raise CollsError(f"unknown NCCL algorithm {algorithm!r} (choose from {', '.join(ALGORITHMS)})",
+                         key="--baseline")
+    if algorithm == "tree" and collective.kind != "allreduce":
+        raise CollsError(f"NCCL's tree runs allreduce only, not {collective.kind}; use ring",
+                         key="--baseline")
+    per_channel = 2 if algorithm == "tree" else 1
+    most = tgt.max_channels // per_channel
+    if isinstance(channels, bool) or not isinstance(channels, int) or not 1 <= channels <= most:
+        what = " (each a pair of trees on two MSCCL channels)" if per_channel == 2 else ""
+        raise CollsError(f"NCCL {algorithm} on {tgt.name} takes 1..{most} channels{what}, got {channels!r}",
+                         key="--channels")
+    if proto not in PROTOCOLS:
+        raise CollsError(f"unknown protocol {proto!r} (choose from {', '.join(PROTOCOLS)})", key="--proto")
+    try:
+        if algorithm == "tree":
+            return _tree_program(topology, collective, channels, proto, tgt)
+        if collective.kind == "alltoall":
+            routed = all(topology.route(a, b) is not None for a in topology.gpus for b in topology.gpus
+                         if a != b)
+            return compile_schedule(topology, collective, "direct" if routed else "ring", instances=channels,
+                                    proto=proto, target=target).program
+        return compile_schedule(topology, collective, "ring", options={"rings": channels}, proto=proto,
+                                target=target).program
+    except LimitError as e:
+        raise CollsError(f"NCCL {algorithm} {collective.kind} with {channels} channels does not fit "
+                         f"{tgt.name}: {e}; try fewer channels", key="--channels") from None
+
+
+# --------------------------------------------------------------------------------------------------------
+# The double binary tree
+# --------------------------------------------------------------------------------------------------------
+def btree_parent(nranks: int, rank: int) -> int | None:
+    """The parent of ``rank`` in NCCL's binary tree over ``nranks`` ranks rooted at 0 (``ncclGetBtree``,
+    ``src/graph/trees.cc``): clear the lowest set bit and set the next one up (``xx01[0] -> xx10[0]``),
+    or just clear it when that is out of range. None for the root."""
+    if rank == 0:
+        return None
+    bit = rank & -rank
+    up = (rank ^ bit) | (bit << 1)
+    return up if up < nranks else rank ^ bit
+
+
+def dtree_parents(nnodes: int) -> tuple[list, list]:
+    """Each node's parent in NCCL's two trees over ``nnodes`` nodes (``ncclGetDtree``): tree 0 is the
+    binary tree, tree 1 its mirror ``nnodes - 1 - node`` (even counts) or its shift by one (odd counts).
+    None marks a root."""
+    tree0 = [btree_parent(nnodes, v) for v in range(nnodes)]
+    if nnodes % 2:
+        shifted = [btree_parent(nnodes, (v - 1) % nnodes) for v in range(nnodes)]
+        tree1 = [None if u is None else (u + 1) % nnodes for u in shifted]
+    else:
+        mirrored = [btree_parent(nnodes, nnodes - 1 - v) for v in range(nnodes)]
+        tree1 = [None if u is None else nnodes - 1 - u for u in mirrored]
+    return tree0, tree1
+
+
+def _nodes(topology: Topology) -> list[list[int]]:
+    """The GPUs of each node, nodes and GPUs in order."""
+    groups: dict = defaultdict(list)
+    for r in topology.gpus:
+        groups[topology.node_of(r)].append(r)
+    return [groups[k] for k in sorted(groups, key=lambda k: (k is None, k))]
+
+
+def _head_order(topology: Topology, nodes: list[list[int]]) -> list[int]:
+    """Local GPU indices in the order channels take them as chain heads: one GPU of each NIC rail in
+    turn (the NIC the GPU's route to the next node leaves by; rails in the order of their first GPU),
+    then the next GPU of each rail; on one node, every GPU in order."""
+    first = nodes[0]
+    if len(nodes) == 1:
+        return list(range(len(first)))
+    rails: dict = defaultdict(list)
+    for i, a in enumerate(first):
+        other = nodes[1][min(i, len(nodes[1]) - 1)]
+        route = topology.route(a, other) or ()
+        nics = [v for v in route[1:-1] if topology.kind(v) == NIC]
+        rails[nics[0] if nics else None].append(i)
+    groups = sorted(rails.values())  # rails in the order of their first GPU
+    return [g[j] for j in range(max(map(len, groups))) for g in groups if j < len(g)]
+
+
+def _chain(topology: Topology, gpus: list[int], head: int) -> tuple:
+    """The chain through ``gpus`` from ``head``: the widest Hamiltonian path over routed pairs
+    (bottleneck first, then total bandwidth), the best cycle's order where the node has one."""
+    if len(gpus) == 1:
+        return (head,)
+    weight = {(a, b): topology.route_bandwidth(r) for a in gpus for b in gpus
+              if a != b and (r := topology.route(a, b)) is not None}
+    tour = best_tour(gpus, weight, head)
+    if tour is None:
+        paths = [p for end in gpus if end != head and (p := best_tour(gpus, weight, head, end)) is not None]
+        tour = max(paths, key=lambda p: (p.bottleneck, p.total), default=None)
+    if tour is None:
+        raise CollsError(f"NCCL tree: no chain through the {len(gpus)} GPUs of node "
+                         f"{topology.node_of(head)} of {topology.name} starts at GPU {head} and uses "
+                         f"only linked pairs", key="--baseline")
+    return tour.order
+
+
+def tree_parents(topology: Topology, channels: int) -> list[tuple[dict, list[tuple]]]:
+    """For each channel, the rank -> parent rank maps of its two trees (None at the root) and the
+    node chains they share: each chain's first GPU is its node's contact with the parent and child nodes
+    of :func:`dtree_parents`; inside the chain each GPU's parent is the one before it."""
+    nodes = _nodes(topology)
+    order = _head_order(topology, nodes)
+    node_trees = dtree_parents(len(nodes))
+    out = []
+    for c in range(channels):
+        local = order[c % len(order)]
+        chains = [_chain(topology, g, g[local % len(g)]) for g in nodes]
+        pair = []
+        for node_parent in node_trees:
+            parent: dict = {}
+            for n, chain in enumerate(chains):
+                up = node_parent[n]
+                parent[chain[0]] = None if up is None else chains[up][0]
+                parent.update(zip(chain[1:], chain))
+            pair.append(parent)
+        out.append((pair, chains))
+    return out
+
+
+def _tree_ops(topology: Topology, parent: dict, lane: int, index: int, start: int) -> list[Op]:
+    """One chunk (``index``) of an allreduce over one tree, from step ``start``: reduced up to the root,
+    then copied down.
+
+    Up: a GPU receives its children one per step, in the order they are ready; the first is reduced with
+    its own input, the later ones with the partial sum in its output, and the last one, unless the GPU is
+    the root, stays in flight and goes on to the parent the step after. Down: the root's total goes to
+    its children the step after its last receive, and each GPU copies on what it receives the step
+    after."""
+    children: dict = defaultdict(list)
+    for v, p in parent.items():
+        if p is not None:
+            children[p].append(v)
+    root = next(v for v, p in parent.items() if p is None)
+    order = [root]  # breadth first: parents before children
+    for v in order:
+        order.extend(sorted(children[v]))
+    ready, send_at, done = {}, {}, {}
+    for v in reversed(order):
+        last = start - 1
+        kids = sorted(children[v], key=lambda c: (ready[c], c))
+        for c in kids:
+            send_at[c] = last = max(ready[c], last + 1)
+        children[v] = kids
+        done[v], ready[v] = last, last + 1
+
+    def op(step, src, dst, src_buf, dst_buf, reduce=None):
+        route = checked_route(topology, src, dst, METHOD, "a tree edge joins them")
+        return Op(step, src, dst, src_buf, index, dst_buf, index, 1, reduce, lane, route)
+
+    ops = []
+    for v in order:
+        kids = children[v]
+        for k, c in enumerate(kids):
+            final = k == len(kids) - 1
+            ops.append(op(send_at[c], c, v, TRANSIENT if children[c] else "i",
+                          TRANSIENT if final and v != root else "o", ("o" if k else "i", index)))
+    down = {root: done[root]}
+    for v in order:
+        for c in children[v]:
+            down[c] = down[v] + 1
+            ops.append(op(down[c], v, c, "o", "o"))
+    return ops
+
+
+def tree_schedule(topology: Topology, collective: Collective, channels: int) -> Schedule:
+    """NCCL's double binary tree allreduce as a colls Schedule: ``channels`` pairs of trees, tree ``t``
+    of channel ``c`` on lane ``2c + t``, each lane owning chunks ``lane, lane + 2 channels, ...`` (the
+    collective's chunk factor rounded up to a multiple of ``2 x channels``).
+
+    ``info`` records ``node_parents`` (each tree's parent node of every node), ``chains`` (per channel,
+    each node's chain, head first) and ``trees`` (2 x channels).
+    """
+    if collective.kind != "allreduce":
+        raise CollsError(f"NCCL's tree runs allreduce only, not {collective.kind}", key="--baseline")
+    if collective.nranks != topology.ngpus:
+        raise CollsError(f"the collective has {collective.nranks} ranks but {topology.name} has "
+                         f"{topology.ngpus} GPUs")
+    lanes = 2 * channels
+    rounds = -(-collective.chunks // lanes)
+    coll = collective.with_chunks(lanes * rounds)
+    ops: list[Op] = []
+    plans = tree_parents(topology, channels)
+    for c, (pair, _) in enumerate(plans):
+        for t, parent in enumerate(pair):
+            lane = 2 * c + t
+            for m in range(rounds):
+                ops += _tree_ops(topology, parent, lane, m * lanes + lane, m)
+    info = {"method": METHOD, "trees": lanes,
+            "node_parents": [list(p) for p in dtree_parents(len(_nodes(topology)))],
+            "chains": [[list(ch) for ch in chains] for _, chains in plans]}
+    return Schedule(coll, ops, METHOD, info=info)
+
+
+def _tree_program(topology: Topology, collective: Collective, channels: int, proto: str,
+                  tgt: Target) -> Program:
+    """Lower the tree schedule and prove it, as the pipeline proves its files."""
+    schedule = tree_schedule(topology, collective, channels)
+    schedule.check()
+    name = f"nccl-tree-allreduce-{topology.name.replace(' ', '')}"
+    program = lowering.lower(schedule, tgt, lowering.LowerOptions(proto=proto, name=name,
+                                                                  sms=topology.min_sms()))
+    parsed, findings = msccl.parse(msccl.emit(program), source="<generated>")
+    report = verify.verify(parsed, tgt, sms=topology.min_sms(), findings=findings)
+    if not report.ok:
+        first = next(f for f in report.findings if f.severity == "error")
+        raise CollsError(f"NCCL tree allreduce on {topology.name}: the program does not verify for "
+                         f"{tgt.name}: {first}")
+    return program
+
+
+__all__ = ["ALGORITHMS", "nccl_program", "tree_schedule", "tree_parents", "dtree_parents", "btree_parent"]

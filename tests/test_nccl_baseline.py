@@ -1,0 +1,210 @@
+"""Tests of colls.simulate.nccl: NCCL's own ring and double binary tree as MSCCL programs, each proven by
+the verifier, with NCCL's shapes (rings crossing once per node boundary on their own rails, complementary
+trees over the nodes) and refusals that name the option."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+import topos
+from colls import hardware, verify
+from colls.collectives import KINDS, Collective
+from colls.errors import CollsError
+from colls.simulate.nccl import (ALGORITHMS, btree_parent, dtree_parents, nccl_program, tree_parents,
+                                 tree_schedule)
+from colls.topology import NIC
+
+MACHINES = {
+    "dgx-a100": lambda: hardware.load_topology("dgx-a100"),
+    "dgx-a100 x2": lambda: hardware.load_topology("dgx-a100", nodes=2),
+    "dgx-a100 x4": lambda: hardware.load_topology("dgx-a100", nodes=4),
+    "ndv2": lambda: hardware.load_topology("ndv2"),
+    "rails2x4": lambda: topos.rail_cluster(2, 4),
+}
+_cache: dict = {}
+
+
+def machine(name: str):
+    if name not in _cache:
+        _cache[name] = MACHINES[name]()
+    return _cache[name]
+
+
+def build(name: str, kind: str, algorithm: str, channels: int, **kw):
+    topo = machine(name)
+    return nccl_program(topo, Collective(kind, topo.ngpus, root=min(3, topo.ngpus - 1)), algorithm,
+                        channels=channels, **kw)
+
+
+def assert_proven(name: str, program, target: str = "exe") -> None:
+    report = verify.verify(program, target, sms=machine(name).min_sms())
+    errors = [str(f) for f in report.findings if f.severity == "error"]
+    assert report.ok and not errors, errors[:3]
+
+
+def nics(topo, a: int, b: int) -> list:
+    return [v for v in topo.route(a, b) if topo.kind(v) == NIC]
+
+
+def crossings_by_channel(topo, program) -> dict:
+    """channel -> the (sender, receiver) pairs of threadblocks that send to another node."""
+    out: dict = defaultdict(set)
+    for g in program.gpus:
+        for tb in g.tbs:
+            if tb.send >= 0 and topo.node_of(tb.send) != topo.node_of(g.id):
+                out[tb.chan].add((g.id, tb.send))
+    return out
+
+
+# --- ring: every collective, proven --------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["dgx-a100", "dgx-a100 x2", "ndv2", "rails2x4"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_ring_programs_verify(name, kind):
+    program = build(name, kind, "ring", 2)
+    assert_proven(name, program)
+    assert program.nchannels == 2
+    assert program.proto == "Simple"
+
+
+@pytest.mark.parametrize("proto", ["LL128", "LL"])
+def test_protocol_is_the_programs(proto):
+    for algorithm in ALGORITHMS:
+        program = build("dgx-a100", "allreduce", algorithm, 1, proto=proto)
+        assert program.proto == proto
+        assert_proven("dgx-a100", program)
+
+
+def test_ring_on_other_targets():
+    for target in ("rccl", "old"):
+        assert_proven("dgx-a100 x2", build("dgx-a100 x2", "allreduce", "ring", 4, target=target), target)
+
+
+def test_rooted_collectives_keep_their_root():
+    for kind in ("broadcast", "reduce"):
+        assert "root3" in build("dgx-a100", kind, "ring", 1).name
+
+
+@pytest.mark.parametrize("channels", [1, 4, 8])
+def test_ring_channels_cross_once_per_boundary_on_their_own_rails(channels):
+    topo = machine("dgx-a100 x2")
+    program = build("dgx-a100 x2", "allreduce", "ring", channels)
+    assert program.nchannels == channels
+    crossings = crossings_by_channel(topo, program)
+    assert sorted(crossings) == list(range(channels))
+    used = []
+    for chan, pairs in crossings.items():
+        # two nodes: one hop from node 0 to node 1 and one back, each on one NIC rail
+        assert sorted(topo.node_of(a) for a, _ in pairs) == [0, 1], (chan, pairs)
+        out = {str(nics(topo, a, b)[0]) for a, b in pairs}
+        used.append(frozenset(out))
+        for a, b in pairs:
+            tx, rx = nics(topo, a, b)
+            assert topo.graph.nodes[tx]["nic"] == topo.graph.nodes[rx]["nic"]
+    assert len(set(used)) == channels  # every channel leaves its nodes by NICs of its own
+
+
+# --- tree: the double binary tree ----------------------------------------------------------------------
+def test_btree_matches_ncclgetbtree():
+    # the illustration in NCCL's src/graph/trees.cc, 14 ranks
+    want = {1: 2, 3: 2, 2: 4, 5: 6, 7: 6, 6: 4, 4: 8, 9: 10, 11: 10, 10: 12, 13: 12, 12: 8, 8: 0}
+    assert {r: btree_parent(14, r) for r in range(1, 14)} == want
+    assert btree_parent(14, 0) is None
+    tree0, tree1 = dtree_parents(12)  # mirror: root 11, its child 3 (trees.cc's second drawing)
+    assert tree0[8] == 0 and tree1[3] == 11 and tree1[11] is None and tree1[7] == 3 and tree1[1] == 3
+    tree0, tree1 = dtree_parents(13)  # shift by one: root 1, its child 9
+    assert tree1[1] is None and tree1[9] == 1 and tree1[0] == 9
+    assert dtree_parents(1) == ([None], [None])
+
+
+@pytest.mark.parametrize("nnodes", range(2, 17))
+def test_every_node_is_interior_in_at_most_one_tree(nnodes):
+    interior = [{p for p in tree if p is not None} for tree in dtree_parents(nnodes)]
+    # the mirror (even counts) is exact; the shift (odd counts) leaves node 0, tree 0's root with its
+    # one child, interior in tree 1 too
+    assert interior[0] & interior[1] == (set() if nnodes % 2 == 0 else {0})
+
+
+@pytest.mark.parametrize("name", ["dgx-a100", "dgx-a100 x2", "dgx-a100 x4", "ndv2", "rails2x4"])
+@pytest.mark.parametrize("channels", [1, 2])
+def test_tree_allreduce_verifies(name, channels):
+    program = build(name, "allreduce", "tree", channels)
+    assert_proven(name, program)
+    assert program.nchannels == 2 * channels          # a pair of trees per channel
+    assert program.nchunksperloop == 2 * channels     # one chunk column per tree
+
+
+def test_tree_on_one_node_is_the_chain():
+    topo = machine("dgx-a100")
+    (pair, chains), = tree_parents(topo, 1)
+    assert pair[0] == pair[1]
+    chain = chains[0]
+    assert sorted(chain) == topo.gpus
+    assert pair[0] == {chain[0]: None, **{b: a for a, b in zip(chain, chain[1:])}}
+
+
+def test_four_nodes_trees_are_complementary():
+    topo = machine("dgx-a100 x4")
+    schedule = tree_schedule(topo, Collective("allreduce", topo.ngpus), 1)
+    schedule.check()
+    children: dict = {0: defaultdict(set), 1: defaultdict(set)}
+    for op in schedule.ops:  # reductions up the tree that cross between nodes: child node -> parent node
+        src, dst = topo.node_of(op.src), topo.node_of(op.dst)
+        if op.reduce is not None and src != dst:
+            children[op.lane][dst].add(src)
+    interior = [set(children[t]) for t in (0, 1)]
+    assert interior[0] and interior[1]
+    assert not interior[0] & interior[1]  # a node interior in tree 0 is a leaf in tree 1
+    for t in (0, 1):  # binary trees spanning the 4 nodes, the shape of ncclGetDtree
+        assert all(len(kids) <= 2 for kids in children[t].values())
+        assert sum(len(kids) for kids in children[t].values()) == 3
+        want = {p for p in dtree_parents(4)[t] if p is not None}
+        assert interior[t] == want
+
+
+def test_tree_channels_use_different_nics():
+    topo = machine("dgx-a100 x2")
+    program = build("dgx-a100 x2", "allreduce", "tree", 2)
+    crossings = crossings_by_channel(topo, program)
+    rails = {chan: {topo.graph.nodes[nics(topo, a, b)[0]]["nic"] for a, b in pairs}
+             for chan, pairs in crossings.items()}
+    assert rails[0] == rails[1] and rails[2] == rails[3]  # a channel's two trees share its chains
+    assert rails[0].isdisjoint(rails[2]) and len(rails[0]) == 1
+
+
+def test_more_chunks_pipeline_through_the_tree():
+    topo = machine("dgx-a100 x2")
+    program = nccl_program(topo, Collective("allreduce", topo.ngpus, chunks=8), "tree", channels=2)
+    assert program.nchunksperloop == 8
+    assert_proven("dgx-a100 x2", program)
+
+
+# --- refusals ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind, algorithm, channels, key", [
+    ("allgather", "tree", 1, "--baseline"),
+    ("broadcast", "tree", 1, "--baseline"),
+    ("allreduce", "rings", 1, "--baseline"),
+    ("allreduce", "ring", 0, "--channels"),
+    ("allreduce", "ring", 33, "--channels"),
+    ("allreduce", "tree", 17, "--channels"),
+    ("allreduce", "ring", 2.0, "--channels"),
+    ("allreduce", "ring", True, "--channels"),
+])
+def test_bad_combinations_name_the_option(kind, algorithm, channels, key):
+    with pytest.raises(CollsError) as e:
+        build("dgx-a100", kind, algorithm, channels)
+    assert str(e.value).startswith(key) and "\n" not in str(e.value)
+
+
+def test_bad_protocol_and_target():
+    with pytest.raises(CollsError, match="^--proto"):
+        build("dgx-a100", "allreduce", "tree", 1, proto="simple")
+    with pytest.raises(CollsError, match="^--target"):
+        build("dgx-a100", "allreduce", "ring", 1, target="nccl")
+
+
+def test_program_beyond_the_gpu_names_channels():
+    # 15 peers per rank, a threadblock each per channel: 8 channels need 120 of the A100's 108 SMs
+    with pytest.raises(CollsError, match="^--channels"):
+        build("dgx-a100 x2", "alltoall", "ring", 8)
