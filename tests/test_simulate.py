@@ -114,10 +114,15 @@ def test_the_order_of_threadblocks_in_a_file_does_not_change_its_time(machine, m
             assert simulate(p, topo, kind, size)[0].time_us == pytest.approx(base, rel=1e-9)
 
 
+JUMPING = {("switch3", "ring", "allreduce"), ("switch4-slow", "ring", "reducescatter"),
+           ("switch4-slow", "trees", "allgather")}
+
+
 @pytest.mark.parametrize("machine,method,kind,proto", [
     ("switch3", "ring", "allreduce", "Simple"), ("rails2x2", "trees", "allgather", "Simple"),
     ("mesh4", "direct", "alltoall", "Simple"), ("switch4-slow", "ring", "reducescatter", "LL128"),
-    ("shared-nic2x4", "trees", "allreduce", "LL"), ("rails2x2", "ring", "broadcast", "Simple")])
+    ("shared-nic2x4", "trees", "allreduce", "LL"), ("rails2x2", "ring", "broadcast", "Simple"),
+    ("switch4-slow", "trees", "allgather", "Simple")])
 def test_the_steady_state_jump_equals_the_full_simulation(machine, method, kind, proto):
     program = written(machine, method, kind, proto)
     topo = MACHINES[machine]()
@@ -134,7 +139,9 @@ def test_the_steady_state_jump_equals_the_full_simulation(machine, method, kind,
         assert fast.passes == full.passes
         jumped += fast.extrapolated_passes
         assert full.extrapolated_passes == 0
-    assert jumped > 0
+    # where every threadblock is held to the same pace (FIFOs, dependencies) the state recurs and is jumped;
+    # where independent pipelines drift apart it never recurs and every pass is simulated
+    assert (jumped > 0) == ((machine, method, kind) in JUMPING)
 
 
 def test_a_large_call_costs_about_as_much_to_simulate_as_a_small_one():
@@ -191,7 +198,8 @@ def test_files_from_other_generators_simulate_and_respect_the_bound(name, machin
     kind = report.facts["kind"]
     topo = machine() if machine else topos.switch_node(program.ngpus)
     b = bounds.bound(topo, kind)
-    sizes = [unit(program, kind) * k for k in (1, 1 << 10, 1 << 18)]
+    first = -(-max(program.min_bytes or 0, 1) // unit(program, kind))
+    sizes = [unit(program, kind) * k for k in (first, first << 10, first << 18)]
     timings = sweep(program, topo, kind, sizes, bound=b, inplace=bool(program.inplace))
     for t in timings:
         assert t.served, t.reason
@@ -200,17 +208,57 @@ def test_files_from_other_generators_simulate_and_respect_the_bound(name, machin
 
 
 def test_the_runtime_loop_pipelines_passes():
-    """Two passes overlap: a two-pass call takes less than twice a one-pass call."""
-    program = written("switch3", "ring", "allgather")
-    topo = MACHINES["switch3"]()
-    one = 3 * (2 << 20) * 3         # 3 chunks of one 2 MiB slice
-    t1 = simulate(program, topo, "allgather", one)[0]
-    t2 = simulate(program, topo, "allgather", 2 * one)[0]
+    """Passes overlap: in a broadcast chain, pass 2 leaves the root while pass 1 is still on its way, so a
+    two-pass call costs much less than two one-pass calls."""
+    program = written("rails2x2", "ring", "broadcast")
+    topo = MACHINES["rails2x2"]()
+    u = unit(program, "broadcast")
+    one = u * ((512 << 10) * program.nchunksperloop // u)   # every chunk one slice (512 KiB) or a little less
+    t1 = simulate(program, topo, "broadcast", one)[0]
+    t2 = simulate(program, topo, "broadcast", 2 * one)[0]
     assert t1.passes == 1 and t2.passes == 2
-    assert t2.time_us < 2 * t1.time_us - for_protocol("Simple").launch_us
+    assert t2.time_us < 1.7 * t1.time_us
 
 
 def test_a_file_for_another_machine_is_refused():
     program = written("switch3", "ring", "allgather")
     with pytest.raises(CollsError, match="3 GPUs"):
-        simulate(program, topos.switch_node(4), "allgather", 1 << 20)
+        simulate(program, topos.switch_node(4), "allgather", unit(program, "allgather") * 100)
+
+
+def progressive_filling(idx, own, n, link_cap, fcap):
+    """Max-min fairness the slow, obvious way: raise every unfrozen flow together until a link fills or a
+    flow reaches its cap, freeze those, repeat."""
+    import numpy as np
+    rate, frozen, rem = np.zeros(n), np.zeros(n, dtype=bool), link_cap.astype(float).copy()
+    while not frozen.all():
+        live = ~frozen[own]
+        cnt = np.bincount(idx[live], minlength=len(link_cap))
+        used = cnt > 0
+        d = min(float((rem[used] / cnt[used]).min()) if used.any() else float("inf"),
+                float((fcap - rate)[~frozen].min()))
+        rate[~frozen] += d
+        rem -= d * cnt
+        newly = (~frozen) & (rate >= fcap * (1 - 1e-12))
+        full = used & (rem <= link_cap * 1e-12)
+        newly[own[live & full[idx]]] = True
+        frozen |= newly
+    return rate
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_water_filling_gives_the_max_min_fair_rates(data):
+    import numpy as np
+    from colls.simulate.engine import _max_min
+    nlinks = data.draw(st.integers(1, 7))
+    n = data.draw(st.integers(1, 8))
+    entries = []
+    for f in range(n):
+        links = data.draw(st.sets(st.integers(0, nlinks - 1), min_size=1, max_size=3))
+        entries += [(link, f) for link in sorted(links)]
+    idx = np.array([e[0] for e in entries])
+    own = np.array([e[1] for e in entries])
+    cap = np.array(data.draw(st.lists(st.integers(1, 6), min_size=nlinks, max_size=nlinks)), float) * 10
+    fcap = np.array(data.draw(st.lists(st.integers(1, 9), min_size=n, max_size=n)), float) * 3
+    assert _max_min(idx, own, n, cap, fcap) == pytest.approx(progressive_filling(idx, own, n, cap, fcap))

@@ -139,7 +139,7 @@ def served(program: Program, kind: str, size: int, *, inplace: bool = False, dty
         return f"{size} bytes is outside the file's [minBytes, maxBytes] = [{lo}, {hi or 'no limit'}]"
     if inplace and not program.inplace:
         return "the file does not serve in-place calls (inplace=\"0\")"
-    if not inplace and not program.outofplace:
+    if not inplace and program.outofplace == 0:         # absent (older files): out-of-place
         return "the file does not serve out-of-place calls (outofplace=\"0\")"
     return None
 

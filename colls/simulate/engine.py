@@ -34,7 +34,7 @@ is full or a flow reaches its cap; those flows freeze; repeat), after every batc
 the set of flows.
 
 **Steady state, extrapolated exactly.** Every full-size pass does the same work, so the engine watches for
-the state to repeat: when threadblock 0 begins a pass it records the whole state *relative to that pass*
+the state to repeat: when the threadblock with most steps begins a pass it records the whole state *relative to that pass*
 (every threadblock's pass offset and position, every connection's counts, every flow's remaining bytes,
 every pending event's time from now), rounded to 1e-9 us and 1e-6 bytes. When a recorded state recurs
 ``d`` passes and ``P`` microseconds later, the future repeats too (the engine is deterministic and the passes
@@ -205,6 +205,7 @@ class _Run:
         self.pending: list = []
         self.rates_dirty = False
         self.tb_cap_arr = np.array(self.tb_cap, dtype=float)
+        self.load = np.zeros(len(m.links))               # bytes/us the flows put on each link
         self.link_bytes = np.zeros(len(m.links))
         self.events = 0
         self.timeline = timeline
@@ -214,6 +215,9 @@ class _Run:
         self.truncated = False
         self.act_start = [0.0] * T
         self.extrapolate = extrapolate and self.nfull > 2 and T > 0
+        # the reference threadblock, whose pass starts are where the state is recorded: the one with most
+        # steps (it has work in every pass)
+        self.ref = max(range(T), key=lambda ti: (len(m.steps[ti]), -ti)) if T else 0
         self.snapshots: dict = {}
         self.snap_due = False
         self.ahead = 0
@@ -321,36 +325,60 @@ class _Run:
         self.it[ti] += 1
         if self.it[ti] >= self.npass:
             self.done[ti] = True
-        elif ti == 0 and self.extrapolate:
+        elif ti == self.ref and self.extrapolate:
             self.snap_due = True
-        if self.it[ti] - self.it[0] > self.ahead:
-            self.ahead = self.it[ti] - self.it[0]
+        if self.it[ti] - self.it[self.ref] > self.ahead:
+            self.ahead = self.it[ti] - self.it[self.ref]
 
     # --- flows ---------------------------------------------------------------------------------------
     def rebuild(self, keep=None):
-        """Drop finished flows (``keep`` false), add the pending ones, recompute the max-min fair rates."""
+        """Drop finished flows (``keep`` false), add the pending ones, and bring the rates up to date.
+
+        The max-min allocation is recomputed only when it can change. A finished flow none of whose links
+        is full was no flow's bottleneck (a bottleneck link is full), so the others keep their rates; a new
+        flow whose every link has room for its whole cap takes its cap and is nobody's bottleneck, so the
+        others keep theirs (the allocation stays max-min fair: every old flow keeps its full bottleneck
+        link or its cap). Anything else is recomputed from scratch.
+        """
+        cap, load = self.m.link_cap, self.load
+        full = cap - load <= cap * 1e-9
+        incremental = True
         if keep is not None and not keep.all():
-            e_keep = keep[self.e_own]
+            gone = ~keep
+            e_gone = gone[self.e_own]
+            if full[self.e_link[e_gone]].any():
+                incremental = False
+            load -= np.bincount(self.e_link[e_gone], weights=self.f_rate[self.e_own[e_gone]],
+                                minlength=len(cap))
+            e_keep = ~e_gone
             renum = np.cumsum(keep) - 1
             self.e_link = self.e_link[e_keep]
             self.e_own = renum[self.e_own[e_keep]]
-            self.f_ti, self.f_rem = self.f_ti[keep], self.f_rem[keep]
+            self.f_ti, self.f_rem, self.f_rate = self.f_ti[keep], self.f_rem[keep], self.f_rate[keep]
         if self.pending:
             n0 = len(self.f_ti)
             new = self.pending
             self.pending = []
+            new_cap = self.tb_cap_arr[[f[0] for f in new]]
+            for (ti, links, _), c in zip(new, new_cap):
+                if incremental and (cap[links] - load[links] >= c * (1 + 1e-9)).all():
+                    load[links] += c
+                else:
+                    incremental = False
             self.f_ti = np.concatenate([self.f_ti, np.fromiter((f[0] for f in new), np.int64, len(new))])
             self.f_rem = np.concatenate([self.f_rem, np.fromiter((f[2] for f in new), float, len(new))])
+            self.f_rate = np.concatenate([self.f_rate, new_cap])
             lens = [len(f[1]) for f in new]
             self.e_link = np.concatenate([self.e_link] + [f[1] for f in new])
             self.e_own = np.concatenate([self.e_own, np.repeat(np.arange(n0, n0 + len(new)), lens)])
         n = len(self.f_ti)
-        self.f_rate = (_max_min(self.e_link, self.e_own, n, self.m.link_cap, self.tb_cap_arr[self.f_ti])
-                       if n else np.zeros(0))
+        if not incremental:
+            self.f_rate = (_max_min(self.e_link, self.e_own, n, cap, self.tb_cap_arr[self.f_ti])
+                           if n else np.zeros(0))
+            self.load = np.bincount(self.e_link, weights=self.f_rate[self.e_own] if n else None,
+                                    minlength=len(cap)).astype(float)
         if self.timeline:
-            load = np.bincount(self.e_link, weights=self.f_rate[self.e_own] if n else None,
-                               minlength=len(self.m.links))
-            self.link_load = load / self.m.link_cap
+            self.link_load = self.load / cap
         self.rates_dirty = False
 
     def advance_flows(self, t):
@@ -427,7 +455,7 @@ class _Run:
     def snapshot(self):
         if self.timeline or self.jumped:
             return
-        base = self.it[0]
+        base = self.it[self.ref]
         if base >= self.nfull:
             return
         now = self.now
