@@ -32,6 +32,8 @@ wheel-check: install
 bench: install
 	$(PY) bench/run.py
 	$(PY) bench/scale.py
+	$(PY) bench/calibrate.py
+	$(PY) bench/simulate.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

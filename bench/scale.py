@@ -4,7 +4,7 @@ Run with ``make bench`` (or ``python bench/scale.py [--profiles dgx-a100,mi250] 
 [--methods ...] [--kinds ...] [--timeout S]``). Each case runs the whole pipeline (precheck, synthesize,
 check, lower, emit, verify) in a fresh Python process, and records its wall time, its peak resident
 memory (``ru_maxrss``) and its outcome: a verified file (with threadblocks, channels, steps and the
-model's % of the optimum) or the refusal's one-line message. The table goes to ``bench/RESULTS.md``
+model's % of the optimum) or the refusal's one-line message. The table goes to ``bench/SCALE.md``
 with the machine, Python and library versions; a case that takes longer than ``--timeout`` is recorded
 as such. A benchmark never fails the build, it records.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+RESULTS = Path(__file__).resolve().parent / "SCALE.md"
 PROFILES = ("dgx-a100", "mi250")
 NODES = (1, 2, 4, 8, 16)
 METHODS = ("ring", "direct", "trees")

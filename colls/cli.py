@@ -165,9 +165,12 @@ def hardware_show(name, nodes, as_json):
 @click.option("--rings", type=Whole(1, MAX_COPIES), default=None, help="ring: number of rings (default: best found).")
 @click.option("--trees-per-gpu", type=Whole(1, MAX_COPIES), default=None,
               help="trees: spanning trees per GPU (default: the best that fits the target).")
+@click.option("--simulate/--no-simulate", "simulate", default=True, show_default=True,
+              help="Time the file with the simulator: busbw at 1KB, 1MB and 1GB in the summary, the whole curve "
+                   "in --json.")
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON instead of one line.")
 def synth(hardware, nodes, collective, method, output, target, instances, proto, min_bytes, max_bytes,
-          inplace_only, outofplace_only, chunks, root, rings, trees_per_gpu, as_json):
+          inplace_only, outofplace_only, chunks, root, rings, trees_per_gpu, simulate, as_json):
     """Synthesize a schedule, prove it, and write it as MSCCL XML."""
     from colls import files, pipeline
     from colls.synth import METHODS
@@ -212,6 +215,9 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
                                        mode=mode, options=options,
                                        progress=(lambda line: click.echo(f"colls: {line}", err=True))
                                        if sys.stderr.isatty() else None)
+    if simulate:
+        from colls.simulate import summary
+        summary.add_to(result, curve=as_json)
     pipeline.write_atomic(output, result.text)
     if as_json:
         _echo_json(dict(result.facts, output=output))
