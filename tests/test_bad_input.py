@@ -26,6 +26,35 @@ nics: [{class: ib, gpus: all}]
 """
 
 
+# what `colls synth --hardware tiny.yaml --collective allgather` writes
+AG2 = """\
+<algo name="colls-ring-allgather-tiny" proto="Simple" nchannels="1" nchunksperloop="2" ngpus="2" coll="allgather" inplace="1" outofplace="1" minBytes="0" maxBytes="0">
+  <gpu id="0" i_chunks="1" o_chunks="2" s_chunks="0">
+    <tb id="0" send="-1" recv="1" chan="0">
+      <step s="0" type="r" srcbuf="o" srcoff="1" dstbuf="o" dstoff="1" cnt="1" depid="-1" deps="-1" hasdep="0"/>
+    </tb>
+    <tb id="1" send="1" recv="-1" chan="0">
+      <step s="0" type="s" srcbuf="i" srcoff="0" dstbuf="i" dstoff="0" cnt="1" depid="-1" deps="-1" hasdep="1"/>
+    </tb>
+    <tb id="2" send="-1" recv="-1" chan="0">
+      <step s="0" type="cpy" srcbuf="i" srcoff="0" dstbuf="o" dstoff="0" cnt="1" depid="1" deps="0" hasdep="0"/>
+    </tb>
+  </gpu>
+  <gpu id="1" i_chunks="1" o_chunks="2" s_chunks="0">
+    <tb id="0" send="-1" recv="0" chan="0">
+      <step s="0" type="r" srcbuf="o" srcoff="0" dstbuf="o" dstoff="0" cnt="1" depid="-1" deps="-1" hasdep="0"/>
+    </tb>
+    <tb id="1" send="0" recv="-1" chan="0">
+      <step s="0" type="s" srcbuf="i" srcoff="0" dstbuf="i" dstoff="0" cnt="1" depid="-1" deps="-1" hasdep="1"/>
+    </tb>
+    <tb id="2" send="-1" recv="-1" chan="0">
+      <step s="0" type="cpy" srcbuf="i" srcoff="0" dstbuf="o" dstoff="1" cnt="1" depid="1" deps="0" hasdep="0"/>
+    </tb>
+  </gpu>
+</algo>
+"""
+
+
 def tiny(old, new):
     text = TINY.replace(old, new, 1)
     assert text != TINY
@@ -58,9 +87,13 @@ FILES = {
     "long-name.yaml": tiny("name: tiny", "name: " + "n" * (5 * 2**20)),
     "control.yaml": "\x1b[31mred\x1b[0m\n",
     "list.yaml": "- 1\n- 2\n",
+    "eff-high.yaml": tiny("latency: 0.5}", "latency: 0.5, efficiency: 1.5}"),
+    "eff-zero.yaml": tiny("latency: 0.5}", "latency: 0.5, efficiency: 0}"),
+    "eff-text.yaml": tiny("latency: 0.5}", "latency: 0.5, efficiency: high}"),
     "empty.yaml": "",
     "binary.yaml": b"\x00\xff\xfe\x00binary",
     "x.xml": "<algo/>\n",
+    "ag2.xml": AG2,
     "binary.xml": b"\x89PNG\r\n\x1a\n\x00\xff",
 }
 
@@ -98,6 +131,7 @@ def expand(args, inputs):
 
 
 SYNTH = ["synth", "--hardware", "@tiny.yaml", "--collective", "allgather", "-o", "x.xml"]
+SIM = ["simulate", "@ag2.xml", "--hardware", "@tiny.yaml"]
 BIG = str(10**30)
 
 CASES = [
@@ -190,6 +224,28 @@ CASES = [
     (["hardware", "list", "--nodes", "2"], "--nodes"),
     (["hardware", "list", "extra"], "extra"),
     (["hardware", "nope"], "nope"),
+    # simulate
+    (["simulate", "--hardware", "@tiny.yaml"], "FILE"),
+    (SIM + ["--sizes", "1XB"], "--sizes"),
+    (SIM + ["--sizes", "4KB:1KB"], "--sizes"),
+    (SIM + ["--sizes", "1KB:8TB"], "--sizes"),
+    (SIM + ["--sizes", ",".join(str(4 * i) for i in range(1, 70))], "--sizes"),   # more than a sweep takes
+    (SIM + ["--timeline", "t.png"], "--timeline/--size"),
+    (SIM + ["--size", "1KB"], "--timeline/--size"),
+    (SIM + ["--timeline", "t.png", "--size", "1KB,2KB"], "--size"),
+    (SIM + ["--timeline", "t.png", "--size", "3"], "--size"),   # a size the file is not used for
+    (SIM + ["--plot", "no/such/p.png"], "--plot"),
+    (SIM + ["--plot", "p.png", "--timeline", "p.png", "--size", "1KB"], "--timeline"),
+    (SIM + ["--baseline", "nccl-tree"], "--baseline"),
+    (["simulate", "@x.xml", "--hardware", "@tiny.yaml"], "x.xml"),            # an invalid file is not timed
+    (["simulate", "@ag2.xml", "--hardware", "dgx-a100"], "ag2.xml"),          # 2 ranks, 8 GPUs
+    (["simulate", "--baseline", "nccl-ring", "--hardware", "@tiny.yaml"], "--collective"),
+    (["simulate", "--baseline", "nccl-ring", "--collective", "broadcast", "--hardware", "@tiny.yaml"], "--root"),
+    (["simulate", "--baseline", "nccl-ring", "--collective", "allgather", "--hardware", "@tiny.yaml",
+      "--root", "5"], "--root"),
+    (SIM[:-1] + ["@eff-high.yaml"], "efficiency"),
+    (SIM[:-1] + ["@eff-zero.yaml"], "efficiency"),
+    (SIM[:-1] + ["@eff-text.yaml"], "efficiency"),
     # verify
     (["verify", "/dev/zero"], "/dev/zero"),
     (["verify", "@fifo"], "fifo"),

@@ -10,6 +10,8 @@ in that time (its ``efficiency`` included).
 
 from __future__ import annotations
 
+import re
+
 from colls.simulate import Timing, size_text
 
 MAX_LINK_LANES = 24
@@ -31,7 +33,7 @@ def table(timings: list[Timing]) -> str:
 
     for t in timings:
         if not t.served:
-            if pending and pending[0].reason.split(":")[0] != t.reason.split(":")[0]:
+            if pending and _shape(pending[0].reason) != _shape(t.reason):
                 flush()
             pending.append(t)
             continue
@@ -42,6 +44,11 @@ def table(timings: list[Timing]) -> str:
                      f"{t.busbw_gbps:11.2f} {pct}  {link}")
     flush()
     return "\n".join(lines)
+
+
+def _shape(reason: str) -> str:
+    """A reason without its numbers: sizes failing for the same reason share one line of the table."""
+    return re.sub(r"\d+", "#", reason)
 
 
 def link_use(machine, res) -> list[dict]:
