@@ -36,6 +36,11 @@ CASES = [
     ("trees-allgather-dgx2x2", "dgx2", 2, "trees", "allgather", 2.0),
     ("trees-allgather-mi250x4", "mi250", 4, "trees", "allgather", 10.0),
     ("trees-allgather-dgx-a100x16", "dgx-a100", 16, "trees", "allgather", 60.0),
+    # the simulator: one call of 1 GB (time to simulate), and a whole 1KB-4GB sweep (23 sizes)
+    ("simulate-1GB-trees-allgather-dgx-a100x8", "dgx-a100", 8, "simulate:trees", "allgather", 5.0),
+    ("sweep-ring-allreduce-dgx-a100x4", "dgx-a100", 4, "sweep:ring", "allreduce", 20.0),
+    ("sweep-trees-allgather-dgx-a100x4", "dgx-a100", 4, "sweep:trees", "allgather", 20.0),
+    ("sweep-trees-allreduce-dgx-a100x4", "dgx-a100", 4, "sweep:trees", "allreduce", 20.0),
 ]
 
 
@@ -70,6 +75,8 @@ def run_case(profile: str, nodes: int, what: str, kind: str) -> dict:
         out["seconds"] = round(time.perf_counter() - t0, 3)
         out["algbw_gbps"] = float(b.algbw)
         return out
+    if ":" in what:
+        return _simulate_case(topo, what, kind, out)
     result = pipeline.compile_schedule(topo, Collective(kind, topo.ngpus), what)
     out["seconds"] = round(time.perf_counter() - t0, 3)
     out.update({k: result.facts.get(k) for k in ("model_algbw_gbps", "bound_algbw_gbps",
@@ -79,6 +86,22 @@ def run_case(profile: str, nodes: int, what: str, kind: str) -> dict:
     for k in ("synthesis_seconds", "k", "trees_per_gpu"):
         if k in info:
             out[k] = info[k]
+    return out
+
+
+def _simulate_case(topo, what: str, kind: str, out: dict) -> dict:
+    """Write the file (not timed), then time the simulation: one 1 GB call, or the whole default sweep."""
+    from colls.simulate import parse_sizes, prepare, simulate
+    mode, method = what.split(":")
+    program = pipeline.compile_schedule(topo, Collective(kind, topo.ngpus), method).program
+    sizes = [1 << 30] if mode == "simulate" else parse_sizes("1KB:4GB")
+    t0 = time.perf_counter()
+    machine = prepare(program, topo, kind)
+    timings = [simulate(program, topo, kind, s, machine=machine)[0] for s in sizes]
+    out["seconds"] = round(time.perf_counter() - t0, 3)
+    out["sizes"] = len(sizes)
+    out["busbw_gbps_at_largest"] = timings[-1].busbw_gbps
+    out["passes_extrapolated_at_largest"] = timings[-1].extrapolated_passes
     return out
 
 

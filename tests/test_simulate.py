@@ -80,6 +80,53 @@ def test_never_faster_than_the_bounds_and_never_slower_with_more_bandwidth(case)
     assert faster.time_us <= t.time_us * (1 + 1e-9), (faster.time_us, t.time_us)
 
 
+@st.composite
+def small_machines(draw):
+    """A random small machine: an NVLink mesh (a ring of links plus random extra ones, random widths), a
+    switch node or a two-node rail cluster, with random bandwidths."""
+    shape = draw(st.sampled_from(("mesh", "switch", "rails")))
+    if shape == "mesh":
+        n = draw(st.integers(3, 4))
+        m = [[0] * n for _ in range(n)]
+        for a in range(n):
+            for b in range(n):
+                if b == (a + 1) % n or a == (b + 1) % n:
+                    m[a][b] = draw(st.integers(1, 2))
+                elif a != b:
+                    m[a][b] = draw(st.integers(0, 2))
+        return f"mesh{m}", topos.mesh_node(m, draw(st.sampled_from((10, 25, 50))))
+    if shape == "switch":
+        n, bw = draw(st.integers(2, 5)), draw(st.sampled_from((20, 60, 300)))
+        return f"switch{n}-{bw}", topos.switch_node(n, bw=bw)
+    gpn, nic = draw(st.integers(1, 3)), draw(st.sampled_from((5, 25, 100)))
+    return f"rails2x{gpn}-{nic}", topos.rail_cluster(2, gpn, nic=nic)
+
+
+_RANDOM_FILES: dict = {}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much,
+                                                                 HealthCheck.too_slow])
+@given(machine=small_machines(), method=st.sampled_from(("ring", "direct", "trees")),
+       kind=st.sampled_from(KINDS), k=st.sampled_from((1, 3, 5000, 2**18)))
+def test_on_random_machines_every_verified_file_respects_the_bounds(machine, method, kind, k):
+    name, topo = machine
+    key = (name, method, kind)
+    if key not in _RANDOM_FILES:
+        try:
+            _RANDOM_FILES[key] = pipeline.compile_schedule(topo, Collective(kind, topo.ngpus, root=1 % topo.ngpus),
+                                                           method).program
+        except CollsError:
+            _RANDOM_FILES[key] = None
+    program = _RANDOM_FILES[key]
+    assume(program is not None)
+    size = unit(program, kind) * k
+    b = bounds.bound(topo, kind, root=1 % topo.ngpus)
+    t, _ = simulate(program, topo, kind, size, bound=b)
+    assert t.time_us >= b.min_time_us(size) * (1 - 1e-9)
+    assert simulate(program, scaled(topo, 2), kind, size)[0].time_us <= t.time_us * (1 + 1e-9)
+
+
 def renumbered(program, seed: int):
     """The same program with every GPU's threadblock ids permuted (dependencies follow) and listed in a
     shuffled order."""

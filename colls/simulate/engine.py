@@ -144,7 +144,8 @@ class Machine:
                 if snd and self.out_conn[ti] < 0 or rcv and self.in_conn[ti] < 0:
                     raise CollsError(f"gpu {gid} tb {tb.id} step {i} ({st.type}) has no peer to "
                                      f"{'send to' if snd else 'receive from'}", key="tb")
-                kind = "send" if snd else "recv" if rcv else "nop" if nop else "reduce" if red else "copy"
+                kind = ("recv+send" if snd and rcv else "send" if snd else "recv" if rcv else "nop" if nop
+                        else "reduce" if red else "copy")
                 # (sends, receives, nop, chunks, waits-on tb, deps, publishes, number, kind)
                 out.append((snd, rcv, nop, max(int(st.cnt or 0), 0), dt, int(st.deps or 0),
                             bool(st.hasdep == 1 and not nop), numbers[i], kind))
