@@ -8,13 +8,15 @@ target and the GPU's SMs allow). It is an optimistic reference (NCCL's tuner doe
 best), so a file that beats it beats what NCCL does by itself in this model.
 
 A configuration is skipped without simulating it only when it provably cannot win: its time is at least
-the launch cost plus its busiest link's wire bytes over that link's bandwidth, and those bytes are the
-Simple run's bytes (same channels, same size) times the protocol's wire factor.
+the launch cost plus the larger of its busiest link's wire bytes over that link's bandwidth and its
+busiest threadblock's bytes over the threadblock's copy rate (the engine never moves bytes faster).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+
+import numpy as np
 
 from colls.collectives import Collective
 from colls.errors import CollsError
@@ -42,6 +44,7 @@ class Baseline:
         sms = topology.min_sms()
         top = min(MAX_BASELINE_CHANNELS, tgt.max_channels)
         self.configs = []                       # (channels, Simple program, Machine)
+        self._loads = {}                        # channels -> (us per chunk byte: busiest link, busiest tb)
         coll = Collective(kind, topology.ngpus, root=root)
         channels = 1
         last_error = None
@@ -54,7 +57,9 @@ class Baseline:
                 break
             if program.max_tbs() > sms:
                 break
-            self.configs.append((channels, program, Machine(program, topology, kind)))
+            machine = Machine(program, topology, kind)
+            self.configs.append((channels, program, machine))
+            self._loads[channels] = _loads(machine)
             channels *= 2
         if not self.configs:
             raise CollsError(f"NCCL's {algorithm} cannot be modelled here: {last_error}", key="--baseline")
@@ -64,24 +69,45 @@ class Baseline:
         return f"NCCL {self.algorithm} (best protocol and channels)"
 
     def time(self, size: int, bound=None) -> Timing:
-        """The fastest configuration at ``size``; ``extra`` says which."""
-        best = None
+        """The fastest configuration at ``size``; ``extra`` says which.
+
+        Configurations are simulated in the order of a lower bound on their time (launch, plus the larger
+        of the busiest link's and the busiest threadblock's bytes at full speed), and the search stops
+        when the next bound is no better than the best time found: the result is the true best.
+        """
+        candidates = []
         for channels, program, machine in self.configs:
-            simple = None
-            for proto in PROTOCOL_ORDER:
+            chunk = size / (program.nchunksperloop or 1)
+            link_us, tb_us = self._loads[channels]
+            for order, proto in enumerate(PROTOCOL_ORDER):
                 model = for_protocol(proto)
-                if simple is not None and best is not None:
-                    wire = float((simple.link_bytes / machine.link_cap).max()) / model.data_fraction
-                    if model.launch_us + wire >= best[0].time_us:
-                        continue
-                prog = program if proto == "Simple" else replace(program, proto=proto)
-                timing, res = simulate(prog, self.topology, self.kind, size, bound=bound, machine=machine,
-                                       model=model, native=True)
-                if proto == "Simple":
-                    simple = res
-                if best is None or timing.time_us < best[0].time_us * (1 - 1e-6):
-                    best = (timing, proto, channels)
+                lb = model.launch_us + max(link_us, tb_us) * chunk / model.data_fraction
+                candidates.append((lb, channels, order, proto, program, machine, model))
+        candidates.sort(key=lambda c: c[:3])
+        best = None
+        for lb, channels, _, proto, program, machine, model in candidates:
+            if best is not None and lb >= best[0].time_us:
+                break
+            prog = program if proto == "Simple" else replace(program, proto=proto)
+            timing, _ = simulate(prog, self.topology, self.kind, size, bound=bound, machine=machine, model=model,
+                                 native=True)
+            if best is None or timing.time_us < best[0].time_us * (1 - 1e-6):
+                best = (timing, proto, channels)
         timing, proto, channels = best
         timing.extra = {"protocol": proto, "channels": channels}
         timing.label = self.label
         return timing
+
+
+def _loads(machine) -> tuple[float, float]:
+    """Microseconds per chunk byte on the busiest link and in the busiest threadblock, at full speed: every
+    send step puts ``cnt`` chunks on each link of its route and through its threadblock."""
+    link_chunks = np.zeros(len(machine.links))
+    tb_us = 0.0
+    for ti, steps in enumerate(machine.steps):
+        sent = sum(step[3] for step in steps if step[0])
+        moved = sum(step[3] for step in steps if not step[2])
+        if sent:
+            link_chunks[machine.conn_links[machine.out_conn[ti]]] += sent
+        tb_us = max(tb_us, moved / machine.tb_cap[ti])
+    return float((link_chunks / machine.link_cap).max()), tb_us
