@@ -18,6 +18,7 @@ def add_to(compiled, curve: bool = False) -> None:
     timings = {s: simulate(program, topo, kind, s, inplace=inplace, machine=machine, target=compiled.target.name)[0]
                for s in sizes}
     f["simulated_busbw_gbps"] = {size_text(s): timings[s].busbw_gbps for s in SUMMARY_SIZES}
+    f["simulated_not_run"] = {size_text(s): timings[s].reason for s in SUMMARY_SIZES if not timings[s].served}
     f["simulated_calls"] = "in-place" if inplace else "out-of-place"
     if curve:
         f["simulated"] = [timings[s].to_dict() for s in sorted(timings)]
@@ -30,5 +31,6 @@ def words(facts: dict) -> str | None:
     if not sim:
         return None
     parts = [f"{size} {'n/a' if v is None else f'{v:.3g}'}" for size, v in sim.items()]
-    note = " (n/a: the file is not used for that size)" if any(v is None for v in sim.values()) else ""
+    reasons = list((facts.get("simulated_not_run") or {}).values())
+    note = f" (n/a: {reasons[0]})" if reasons else ""
     return f"simulated busbw {', '.join(parts)} GB/s{note}"
