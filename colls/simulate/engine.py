@@ -326,7 +326,14 @@ class _Run:
         self.it[ti] += 1
         if self.it[ti] >= self.npass:
             self.done[ti] = True
-        elif ti == self.ref and self.extrapolate:
+            if ti == self.ref and self.extrapolate:      # follow a threadblock that is still running
+                left = [x for x in range(len(self.done)) if not self.done[x]]
+                if left:
+                    self.ref = max(left, key=lambda x: (len(self.m.steps[x]), -x))
+                    self.snapshots.clear()
+                    self.ahead = max(self.it[x] for x in left) - self.it[self.ref]
+            return
+        if ti == self.ref and self.extrapolate:
             self.snap_due = True
         if self.it[ti] - self.it[self.ref] > self.ahead:
             self.ahead = self.it[ti] - self.it[self.ref]
@@ -460,9 +467,12 @@ class _Run:
         if base >= self.nfull:
             return
         now = self.now
+        # a finished threadblock is the same at every pass (its last flag stays up)
         key = (
-            tuple(zip((i - base for i in self.it), self.pc, self.k, self.busy, self.done)),
-            tuple(p - base * BIG if p >= 0 else -1 for p in self.published),
+            self.ref,
+            tuple(None if dn else (i - base, p, k, b) for i, p, k, b, dn
+                  in zip(self.it, self.pc, self.k, self.busy, self.done)),
+            tuple(None if dn else (p - base * BIG if p >= 0 else -1) for p, dn in zip(self.published, self.done)),
             tuple(s - c for s, c in zip(self.sent, self.consumed)),
             tuple(a - c for a, c in zip(self.arrived, self.consumed)),
             tuple(sorted(zip(self.f_ti.tolist(), np.round(self.f_rem, 6).tolist()))),
@@ -484,7 +494,7 @@ class _Run:
         heapq.heapify(self.heap)
         self.act_start = [a + jumps * period for a in self.act_start]
         self.it = [i + shift if not dn else i for i, dn in zip(self.it, self.done)]
-        self.published = [p + shift * BIG if p >= 0 else p for p in self.published]
+        self.published = [p + shift * BIG if p >= 0 and not dn else p for p, dn in zip(self.published, self.done)]
         self.link_bytes = self.link_bytes + jumps * (self.link_bytes - bytes_j)
         self.snapshots.clear()
 
