@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import sys
 import traceback
 
@@ -70,7 +71,23 @@ class Choice(click.Choice):
             self.fail(f"expected one of {', '.join(self.choices)}, got {excerpt(str(value))}", param, ctx)
 
 
+def _keep(name):
+    """A callback that keeps an option's value for :func:`_load` (options every machine-taking command has)."""
+    def callback(ctx, param, value):
+        _state[name] = value
+        return value
+    return callback
+
+
 def _hardware_options(f):
+    f = click.option("--taccl-time-unit", type=float, default=None, expose_value=False,
+                     callback=_keep("taccl_time_unit"), metavar="US",
+                     help="TACCL profile: microseconds per cost unit (default: TACCL's for 1MB/32KB/1KB files).")(f)
+    f = click.option("--taccl-chunk", default=None, expose_value=False, callback=_keep("taccl_chunk"),
+                     metavar="SIZE", help="TACCL profile: the chunk size it was profiled at (default: from its name).")(f)
+    f = click.option("--taccl-shape", type=Choice(["DGX2", "NDv2", "HubAndSpoke", "custom"]), default=None,
+                     expose_value=False, callback=_keep("taccl_shape"),
+                     help="TACCL profile (--hardware FILE.json): its node shape (default: inferred).")(f)
     f = click.option("--nodes", type=Whole(1, MAX_NODES), default=1, show_default=True,
                      help=f"Number of nodes joined through their NICs (at most {MAX_NODES}).")(f)
     f = click.option("--hardware", "hardware", required=True, metavar="NAME|PATH",
@@ -83,12 +100,34 @@ def _load(hardware: str, nodes: int, option: str = "--hardware", precheck=None):
     from colls import hardware as hw
     if nodes < 1:
         raise CollsError(f"must be >= 1, got {nodes}", key="--nodes")
+    taccl = {k: _state.get(f"taccl_{k}") for k in ("shape", "chunk", "time_unit")}
+    if _is_json(hardware):
+        from colls.taccl import load_taccl_profile
+        return load_taccl_profile(hardware, taccl["shape"], nodes, chunk=taccl["chunk"],
+                                  time_unit=taccl["time_unit"])
+    for name, value in taccl.items():
+        if value is not None:
+            raise CollsError("applies to a TACCL profile (--hardware FILE.json) only",
+                             key=f"--taccl-{name.replace('_', '-')}")
     try:
         return hw.load_topology(hardware, nodes=nodes, precheck=precheck)
     except CollsError as e:
         if e.source is None and e.key is None:
             raise CollsError(str(e), key=option) from None
         raise
+
+
+def _is_json(spec: str) -> bool:
+    """A TACCL profile: a ``.json`` path, or a file whose first non-space character is ``{``."""
+    if spec.lower().endswith(".json"):
+        return True
+    try:
+        if not stat.S_ISREG(os.stat(spec).st_mode):     # a FIFO or device is never opened here
+            return False
+        with open(spec, "rb") as fh:
+            return fh.read(4096).lstrip()[:1] == b"{"
+    except OSError:
+        return False
 
 
 def _echo_json(data) -> None:

@@ -94,6 +94,7 @@ FILES = {
     "binary.yaml": b"\x00\xff\xfe\x00binary",
     "x.xml": "<algo/>\n",
     "ag2.xml": AG2,
+    "taccl.json": '{"name": "X_1MB", "gpus_per_node": 8, "nics_per_node": 1, "alpha": 0.3}\n',  # no betas
     "binary.xml": b"\x89PNG\r\n\x1a\n\x00\xff",
 }
 
@@ -246,6 +247,12 @@ CASES = [
     (SIM[:-1] + ["@eff-high.yaml"], "efficiency"),
     (SIM[:-1] + ["@eff-zero.yaml"], "efficiency"),
     (SIM[:-1] + ["@eff-text.yaml"], "efficiency"),
+    # TACCL profiles
+    (SYNTH + ["--taccl-shape", "NDv2"], "--taccl-shape"),             # a YAML profile is not TACCL's
+    (SYNTH + ["--taccl-chunk", "1MB"], "--taccl-chunk"),
+    (["synth", "--hardware", "@taccl.json", "--collective", "allgather", "-o", "x.xml"], "taccl.json"),
+    (["synth", "--hardware", "@taccl.json", "--taccl-shape", "Torus", "--collective", "allgather", "-o", "x.xml"],
+     "--taccl-shape"),
     # verify
     (["verify", "/dev/zero"], "/dev/zero"),
     (["verify", "@fifo"], "fifo"),

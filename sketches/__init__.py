@@ -1,0 +1,1 @@
+"""The shipped communication sketches (this folder is installed as the data package colls.sketches)."""
