@@ -78,6 +78,8 @@ def run_case(key: str, timeout: float) -> dict:
 
 
 def cell(res: dict, size: str) -> str:
+    if not res:
+        return "not run yet"
     if res.get("outcome") != "ok":
         return {"refused": "refused", "timeout": "timeout", "crashed": "crash"}.get(res.get("outcome"), "?")
     t = res["sizes"].get(size)
@@ -170,11 +172,13 @@ def main() -> None:
             res = data["cases"][key]
             print(f"{key}: {res['outcome']} in {res.get('seconds')} s", flush=True)
             CACHE.write_text(json.dumps(data, indent=1, sort_keys=True))
-    for p in args.profiles.split(","):
-        for n in args.nodes.split(","):
-            for k in args.kinds.split(","):
+    # the report covers every case of the full grid: those run now, those cached, and those not run yet
+    every = [f"{p}/{n}/{m}/{k}" for p in PROFILES for n in map(str, NODES) for k in KINDS for m in METHODS]
+    for p in PROFILES:
+        for n in map(str, NODES):
+            for k in KINDS:
                 plot_group(data, p, n, k)
-    write_markdown(data, keys, args)
+    write_markdown(data, every, args)
     print(f"wrote {RESULTS}")
 
 

@@ -4,7 +4,7 @@ NCCL's own algorithm), draw what was asked. It returns the text and the JSON; th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from colls import bound as bounds
@@ -14,7 +14,7 @@ from colls.msccl import parse
 from colls.simulate import prepare, simulate, size_text
 from colls.simulate import report as rep
 from colls.simulate.baseline import Baseline, algorithm_of
-from colls.simulate.model import DATA_FRACTION, LAUNCH_US, STEP_US, tb_rate
+from colls.simulate.model import DATA_FRACTION, LAUNCH_US, STEP_US, for_protocol, tb_rate
 from colls.verify import verify
 
 
@@ -106,8 +106,6 @@ def _timeline(e: _Entry, topo, size, inplace, target, b, path):
         best = e.baseline.time(size, b)
         channels, proto = best.extra["channels"], best.extra["protocol"]
         program, machine = next((p, m) for c, p, m in e.baseline.configs if c == channels)
-        from dataclasses import replace
-        from colls.simulate.model import for_protocol
         timing, res = simulate(replace(program, proto=proto), topo, e.kind, size, bound=b, machine=machine,
                                model=for_protocol(proto), native=True, timeline=True)
     else:
