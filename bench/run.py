@@ -54,7 +54,7 @@ def machine() -> dict:
     except OSError:
         pass
     versions = {}
-    for pkg in ("ortools", "networkx", "lxml", "click", "PyYAML", "numpy"):
+    for pkg in ("ortools", "networkx", "lxml", "click", "PyYAML", "numpy", "matplotlib"):
         try:
             versions[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
