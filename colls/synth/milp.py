@@ -24,12 +24,14 @@ allgather (bench/milp.py): the greedy start this module computes is improved wit
 the solver's own bound (with TACCL's load <= makespan constraints added as redundant cuts) tells how
 far the result can be from the best schedule of the model.
 
-Determinism: one worker (``threads=1``), a fixed ``seed`` and the limit ``time_limit`` given to
-CP-SAT as *deterministic* time (``max_deterministic_time``, a work count that OR-Tools calibrates to
-about a second of one core): a run stops at the same point of the search on any machine and load,
-so identical inputs give identical files. A wall-clock backstop of ten times the limit (plus 30 s)
-only guards against a pathological calibration. ``gap`` stops earlier, at that relative gap
-(``relative_gap_limit``).
+Determinism: one worker (``threads=1``), a fixed ``seed``, and the limit ``time_limit`` given to
+CP-SAT as *deterministic* time (``max_deterministic_time``, a count of work that OR-Tools calibrates
+in seconds): a run stops at the same point of the search on any machine and load, so identical inputs
+give identical files even when the limit stops the search. The calibration is rough: on a 2-core AMD
+EPYC one deterministic second took 0.1 to 11 s of wall time (2 x NDv2 alltoall is the slow end). A
+wall-clock backstop of 30 times the limit plus 60 s only guards against a pathological calibration.
+``gap`` (default 1%) stops the search as soon as the incumbent is that close to the solver's bound
+(``relative_gap_limit``), which is also deterministic.
 
 The model
 ---------
@@ -85,7 +87,10 @@ Collectives
 
 Every op moves one chunk and carries ``topology.route(src, dst)``; ops run in the order of their start
 times, one step each (a total order consistent with every dependency, so the lowering's FIFOs cannot
-deadlock). All ops are on lane 0: the model already serialises every link.
+deadlock whatever the lanes). Lanes only keep threadblocks under the runtime's 64 steps: remote ops
+are dealt onto lanes by chunk so that a GPU pair has at most ``LANE_OPS`` transfers per lane. The
+alltoall's final local copies move one chunk each: with one copy of a run of chunks, the lowering
+(colls.lower at this commit) left out the wait for some of the receives into that run on 2 x NDv2.
 
 ``Schedule.info``: ``objective_us`` (the makespan found), ``lower_bound_us`` (the solver's bound on
 the model's optimum), ``gap``, ``status`` per stage, ``solve_seconds`` per stage, ``greedy_us``,
@@ -105,6 +110,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from fractions import Fraction
 
 from colls.collectives import Collective
@@ -119,19 +125,21 @@ METHOD = "milp"
 KINDS = ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast")
 DEFAULT_BUFFER = 1 << 20       # bytes per rank when the profile holds no chunk size
 MIN_UNITS = 100                # the smallest link occupancy, in time units
+LANE_OPS = 24                  # transfers per GPU pair and lane (a threadblock's sends and receives)
+MAX_LANES = 16
 
 
 def synthesize(topology: Topology, collective: Collective, *, sketch: Sketch | None = None,
-               time_limit: float = 60.0, gap: float = 0.0, seed: int = 0, threads: int = 1,
+               time_limit: float = 10.0, gap: float = 0.01, seed: int = 0, threads: int = 1,
                size: int | None = None, progress=None, **options) -> Schedule:
     """A schedule of ``collective`` on ``topology`` from the sketch-guided model (module docstring).
 
     Parameters
     ----------
     sketch : a checked :class:`~colls.sketch.Sketch`; default :func:`colls.sketch.derive_sketch`.
-    time_limit : CP-SAT deterministic seconds per solve (about seconds of one core); on the limit the
+    time_limit : CP-SAT deterministic seconds per solve (module docstring); on the limit the
         best schedule found is used and ``info["gap"]`` says how far from the bound it may be.
-    gap : stop at this relative gap (0: prove optimality or run to the limit).
+    gap : stop at this relative gap (0: prove optimality or run to the limit); default 1%.
     seed, threads : CP-SAT's random seed and workers (1: deterministic).
     size : bytes per rank's buffer for the cost model (default: the TACCL profile's chunk size, else
         1 MiB).
@@ -308,8 +316,8 @@ class _Builder:
             first = 1 + max(op.step for op in ops)
             ops += self._multicast(forward, ag, first, lambda c: (("o", c), ("o", c)), copy=False)
             scratch = 0
-        schedule = Schedule(self.coll, ops, METHOD, scratch)
-        schedule.info.update(self.facts())
+        schedule = Schedule(self.coll, _lanes(ops), METHOD, scratch)
+        schedule.info.update(self.facts(), lanes=len(schedule.lanes))
         return schedule
 
     def facts(self) -> dict:
@@ -339,7 +347,8 @@ class _Builder:
         for k, (c, u, v, _, _) in enumerate(order):
             (sb, si), (db, di) = slots(c)
             src = (sb, si) if u == problem.chunks[c].src else (db, di)
-            ops.append(Op(first + k, u, v, *src, db, di, route=self._route(u, v)))
+            ops.append(Op(first + k, u, v, *src, db, di, lane=problem.chunks[c].src + c,
+                          route=self._route(u, v)))
         return ops
 
     def _reduce(self, problem: Problem, sol, first: int, partial: str) -> list[Op]:
@@ -362,7 +371,7 @@ class _Builder:
                 target = (partial, idx)
             operand = target if (dst, k) in has_partial else ("i", idx)
             has_partial.add((dst, k))
-            ops.append(Op(first + step, src, dst, *from_slot, *target, reduce=operand,
+            ops.append(Op(first + step, src, dst, *from_slot, *target, reduce=operand, lane=owner + k,
                           route=self._route(src, dst)))
         return ops
 
@@ -387,14 +396,25 @@ class _Builder:
                 dst = ("s", n * c + transit[v])
                 transit[v] += 1
             where[ch] = dst
-            ops.append(Op(1 + k, u, v, *src, *dst, route=self._route(u, v)))
+            ops.append(Op(1 + k, u, v, *src, *dst, lane=q + b, route=self._route(u, v)))
         last = 1 + len(order)
-        for r in range(n):
-            if r > 0:
-                ops.append(Op(last, r, r, "s", 0, "o", 0, r * c))
-            if r < n - 1:
-                ops.append(Op(last, r, r, "s", (r + 1) * c, "o", (r + 1) * c, (n - r - 1) * c))
+        for r in range(n):   # one copy per chunk: see the module docstring (multi-chunk copies)
+            ops += [Op(last, r, r, "s", k, "o", k) for k in range(n * c) if k // c != r]
         return ops, n * c + max(transit.values())
+
+
+def _lanes(ops: list[Op]) -> list[Op]:
+    """Deal the remote ops onto lanes by the family number they were built with (their chunk), so that
+    no GPU has more than about LANE_OPS transfers with one peer on one lane (the runtime's threadblocks
+    hold at most 64 steps); local ops stay on lane 0. Every lane keeps the ops' global order, which is
+    consistent with every dependency, so no lane assignment can deadlock."""
+    per: dict = {}
+    for op in ops:
+        if not op.local:
+            for key in ((op.src, op.dst), (op.dst, op.src)):
+                per[key] = per.get(key, 0) + 1
+    count = min(MAX_LANES, max(1, -(-max(per.values(), default=0) // LANE_OPS)))
+    return [replace(op, lane=0 if op.local else op.lane % count) for op in ops]
 
 
 def problem_chunks(problem: Problem) -> int:
