@@ -75,13 +75,17 @@ horizon, passed to CP-SAT as a solution hint.
 Collectives
 -----------
 - allgather: chunk (q, j) from q to every rank (input ``i[j]`` -> output ``o[q c + j]``).
-- broadcast: the root's chunks to every rank (no symmetry: rotations move the root).
+- broadcast: the root's chunks to every rank, over any connections (not only shortest paths: a
+  GPU that received a chunk relays it, so the root's port is not the only one busy); no symmetry
+  (rotations move the root).
 - alltoall: chunk (q, b, j) from q to b; arrivals and relayed chunks wait in scratch and local copies
   place them after the last transfer (so in-place calls are right).
 - reducescatter: the allgather problem on the reversed machine (each connection turned around, its
   cost that of the real transfer), solved, then run backwards in time: every tree becomes an in-tree
   to the chunk's owner, and a GPU reduces each child's partial sum on arrival and sends its own on
   once every child arrived (partial sums in scratch).
+- reduce: the broadcast problem on the reversed machine, run backwards like reducescatter (partial
+  sums in scratch, the root's sum in its output).
 - allreduce: chunk factor N m: the reduce-scatter of chunk ``q m + j`` to q, then the allgather of it
   from q, one schedule (the second solve is skipped when the machine equals its reversal).
 
@@ -98,10 +102,10 @@ the model's optimum), ``gap``, ``status`` per stage, ``solve_seconds`` per stage
 
 STATUS
 ------
-Works: allgather, alltoall, reducescatter, allreduce, broadcast on switch nodes, meshes (NDv2) and
+Works: allgather, alltoall, reducescatter, allreduce, broadcast, reduce on switch nodes, meshes (NDv2) and
 clusters, with colls and TACCL sketches (one-node TACCL sketches too); time limit, gap, determinism,
 progress lines, infeasibility naming the constraint family; ``colls synth --method milp``.
-Next: reduce (the reversed broadcast; refused for now); ``rrs`` in-flight forwarding of partial sums
+Next: ``rrs`` in-flight forwarding of partial sums
 (fewer instructions); contiguity (several chunks in one send, TACCL's stage 3); overlapping the two
 halves of allreduce in one model.
 """
@@ -122,7 +126,7 @@ from colls.synth.milp_model import Chunk, Connection, Problem, Settings, chunk_m
 from colls.topology import Topology
 
 METHOD = "milp"
-KINDS = ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast")
+KINDS = ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast", "reduce")
 DEFAULT_BUFFER = 1 << 20       # bytes per rank when the profile holds no chunk size
 MIN_UNITS = 100                # the smallest link occupancy, in time units
 LANE_OPS = 24                  # transfers per GPU pair and lane (a threadblock's sends and receives)
@@ -249,7 +253,7 @@ class _Builder:
         problem = Problem(n, G, conns, items, kind != "alltoall", sk.senders_of, sk.own_chunks_first,
                           switch_pairs=switch_pairs, switch_strategy=strategy,
                           link_strategy=sk.strategy if sk.strategy in ("minmax", "maxmin") else None,
-                          unit_us=unit)
+                          unit_us=unit, any_path=kind == "broadcast")
         perms = []
         for offset, group in sk.symmetry:
             perm = symmetry_permutation(n, offset, group)
@@ -301,8 +305,13 @@ class _Builder:
             ops, scratch = self._alltoall(p, self.run("alltoall", p))
         elif kind == "reducescatter":
             p = self.problem("allgather", reverse=True)
-            ops = self._reduce(p, self.run("reduce-scatter", p), 0, "s")
-            scratch = self.n * self.coll.chunks
+            c = self.coll.chunks
+            ops = self._reduce(p, self.run("reduce-scatter", p), 0, "s", lambda k, owner: k - owner * c)
+            scratch = self.n * c
+        elif kind == "reduce":
+            p = self.problem("broadcast", reverse=True)
+            ops = self._reduce(p, self.run("reduce", p), 0, "s")
+            scratch = self.coll.chunks
         else:  # allreduce: chunk q m + j is reduced to q, then sent from q to every rank
             m = self.coll.chunks // self.n
             back = self.problem("allgather", reverse=True, chunks=m)
@@ -351,25 +360,20 @@ class _Builder:
                           route=self._route(u, v)))
         return ops
 
-    def _reduce(self, problem: Problem, sol, first: int, partial: str) -> list[Op]:
-        """Ops of a reduce-scatter from the solved allgather on the reversed machine: the send
-        u -> v over [s, a] becomes v -> u over [T - a, T - s]; chunk (q, j) is input ``q c + j`` of
-        every rank and ends in q's output (``o[j]`` for reducescatter, ``o[q c + j]`` for allreduce).
-        ``partial``: the buffer partial sums wait in on the way (``s`` or ``o``, same index)."""
-        c, T = problem_chunks(problem), sol.makespan
+    def _reduce(self, problem: Problem, sol, first: int, partial: str, out=lambda k, owner: k) -> list[Op]:
+        """Ops of a reduction from the solved allgather/broadcast on the reversed machine: the send
+        u -> v over [s, a] becomes v -> u over [T - a, T - s]. Chunk k is input ``k`` of every rank
+        and ends in its owner's output ``o[out(k, owner)]``; partial sums wait in ``partial[k]`` on the
+        way. A GPU's first child is reduced with its own input, later ones with the partial sum."""
+        T = sol.makespan
         real = sorted(((T - a, T - s, k, v, u) for k, u, v, s, a in sol.sends))
         has_partial: set = set()
         ops = []
         for step, (_, _, k, src, dst) in enumerate(real):
-            idx = k  # chunk index = q c + j (chunks are listed owner-major)
             owner = problem.chunks[k].src
-            j = k - owner * c
-            from_slot = (partial, idx) if (src, k) in has_partial else ("i", idx)
-            if dst == owner and self.coll.kind == "reducescatter":
-                target = ("o", j)
-            else:
-                target = (partial, idx)
-            operand = target if (dst, k) in has_partial else ("i", idx)
+            from_slot = (partial, k) if (src, k) in has_partial else ("i", k)
+            target = ("o", out(k, owner)) if dst == owner else (partial, k)
+            operand = target if (dst, k) in has_partial else ("i", k)
             has_partial.add((dst, k))
             ops.append(Op(first + step, src, dst, *from_slot, *target, reduce=operand, lane=owner + k,
                           route=self._route(src, dst)))
@@ -415,11 +419,6 @@ def _lanes(ops: list[Op]) -> list[Op]:
                 per[key] = per.get(key, 0) + 1
     count = min(MAX_LANES, max(1, -(-max(per.values(), default=0) // LANE_OPS)))
     return [replace(op, lane=0 if op.local else op.lane % count) for op in ops]
-
-
-def problem_chunks(problem: Problem) -> int:
-    """Chunks per source of an allgather-like problem."""
-    return len(problem.chunks) // problem.nranks
 
 
 def _allgather_slots(coll: Collective):

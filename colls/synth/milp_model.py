@@ -65,6 +65,7 @@ class Problem:
     switch_pairs: frozenset = frozenset()       # connections inside a sketch switch list
     switch_strategy: str | None = None          # "uc-min" | "uc-max" | None
     link_strategy: str | None = None            # "minmax" | "maxmin" | None
+    any_path: bool = False                      # multicast over every connection, not shortest paths
     unit_us: float = 1.0
     notes: list = field(default_factory=list)
 
@@ -80,7 +81,8 @@ class Problem:
 
     def candidates(self, chunk: Chunk, relay: bool = True) -> list:
         """The connections on hop-shortest paths from the chunk's source to its destinations (TACCL's
-        shortest-path sets), in a deterministic order; [] if a destination cannot be reached."""
+        shortest-path sets; every connection with ``any_path``), in a deterministic order; [] if a
+        destination cannot be reached."""
         out = defaultdict(list)
         for (u, v) in self.conns:
             if self.allowed(chunk, u, v, relay):
@@ -89,7 +91,8 @@ class Problem:
         if any(d not in dist for d in chunk.dests):
             return []
         if self.multicast:
-            return sorted((u, v) for u in dist for v in out[u] if dist.get(v) == dist[u] + 1)
+            return sorted((u, v) for u in dist for v in out[u]
+                          if v != chunk.src and (self.any_path or dist[v] == dist[u] + 1))
         (dest,) = chunk.dests
         back = defaultdict(list)
         for u, vs in out.items():
