@@ -90,24 +90,29 @@ Collectives
   from q, one schedule (the second solve is skipped when the machine equals its reversal).
 
 Every op moves one chunk and carries ``topology.route(src, dst)``; ops run in the order of their start
-times, one step each (a total order consistent with every dependency, so the lowering's FIFOs cannot
-deadlock whatever the lanes). Lanes only keep threadblocks under the runtime's 64 steps: remote ops
-are dealt onto lanes by chunk so that a GPU pair has at most ``LANE_OPS`` transfers per lane. The
+times, one step each (a total order consistent with every dependency). Lanes: see :func:`_lanes`. The
 alltoall's final local copies move one chunk each: with one copy of a run of chunks, the lowering
 (colls.lower at this commit) left out the wait for some of the receives into that run on 2 x NDv2.
 
 ``Schedule.info``: ``objective_us`` (the makespan found), ``lower_bound_us`` (the solver's bound on
-the model's optimum), ``gap``, ``status`` per stage, ``solve_seconds`` per stage, ``greedy_us``,
+the model's optimum), ``gap``, ``status`` per stage (``optimal``, ``gap limit`` or ``time limit``), ``solve_seconds`` per stage, ``greedy_us``,
 ``sketch`` (colls YAML), ``chunk_bytes``, ``message_bytes``, ``time_unit_us`` and ``notes``.
 
 STATUS
 ------
-Works: allgather, alltoall, reducescatter, allreduce, broadcast, reduce on switch nodes, meshes (NDv2) and
-clusters, with colls and TACCL sketches (one-node TACCL sketches too); time limit, gap, determinism,
-progress lines, infeasibility naming the constraint family; ``colls synth --method milp``.
-Next: ``rrs`` in-flight forwarding of partial sums
-(fewer instructions); contiguity (several chunks in one send, TACCL's stage 3); overlapping the two
-halves of allreduce in one model.
+Works: allgather, alltoall, reducescatter, allreduce, broadcast, reduce on switch nodes, meshes (NDv2)
+and clusters, with colls and TACCL sketches (one-node TACCL sketches too); time limit, gap,
+determinism, progress lines, infeasibility naming the constraint family; ``colls synth --method milp``
+(--sketch, --time-limit, --gap, --quiet). bench/milp.py on a 2-core AMD EPYC: 2 x NDv2 allgather
+(sk1-ndv2-n2) 0.5 s, alltoall 0.5 s (gap 0.8%), 2 x DGX-2 allgather (sk2-dgx2-n2) 0.4 s, whole pipeline.
+Simulated, the allgather files beat ring but not trees (1 MB on dgx2 x1: milp 30 us, trees 25 us,
+ring 97 us): the model's one-transfer-per-link serialisation and per-transfer latency are more
+pessimistic than the runtime, and every op moves one chunk.
+Next: a cost model closer to the simulator's (bandwidth shared rather than serialised; calibrate
+alpha/beta against colls.simulate); contiguity (several chunks in one send, TACCL's stage 3);
+``rrs`` forwarding of partial sums; overlapping the two halves of allreduce in one model; the two
+lowering defects worked around here (multi-chunk local copies losing waits, fused forwards
+reordered into a wait cycle) belong fixed in colls.lower.
 """
 
 from __future__ import annotations
@@ -129,7 +134,7 @@ METHOD = "milp"
 KINDS = ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast", "reduce")
 DEFAULT_BUFFER = 1 << 20       # bytes per rank when the profile holds no chunk size
 MIN_UNITS = 100                # the smallest link occupancy, in time units
-LANE_OPS = 24                  # transfers per GPU pair and lane (a threadblock's sends and receives)
+LANE_OPS = 64                  # transfers per GPU pair (both ways) and lane; the lowering splits longer ones
 MAX_LANES = 16
 
 
@@ -353,10 +358,12 @@ class _Builder:
                 ops.append(Op(0, q, q, sb, si, db, di, self.coll.chunks))
             first = max(first, 1)
         order = sorted(sol.sends, key=lambda s: (s[3], s[4], s[0], s[1], s[2]))
+        hop: dict = {}
         for k, (c, u, v, _, _) in enumerate(order):
             (sb, si), (db, di) = slots(c)
             src = (sb, si) if u == problem.chunks[c].src else (db, di)
-            ops.append(Op(first + k, u, v, *src, db, di, lane=problem.chunks[c].src + c,
+            hop[c, v] = hop.get((c, u), 0) + 1
+            ops.append(Op(first + k, u, v, *src, db, di, lane=_family(problem.chunks[c].src + c, hop[c, v]),
                           route=self._route(u, v)))
         return ops
 
@@ -366,6 +373,9 @@ class _Builder:
         and ends in its owner's output ``o[out(k, owner)]``; partial sums wait in ``partial[k]`` on the
         way. A GPU's first child is reduced with its own input, later ones with the partial sum."""
         T = sol.makespan
+        depth: dict = {}
+        for k, u, v, s, a in sorted(sol.sends, key=lambda s: (s[3], s[4], s[0], s[1], s[2])):
+            depth[k, v] = depth.get((k, u), 0) + 1
         real = sorted(((T - a, T - s, k, v, u) for k, u, v, s, a in sol.sends))
         has_partial: set = set()
         ops = []
@@ -375,7 +385,8 @@ class _Builder:
             target = ("o", out(k, owner)) if dst == owner else (partial, k)
             operand = target if (dst, k) in has_partial else ("i", k)
             has_partial.add((dst, k))
-            ops.append(Op(first + step, src, dst, *from_slot, *target, reduce=operand, lane=owner + k,
+            ops.append(Op(first + step, src, dst, *from_slot, *target, reduce=operand,
+                          lane=_family(owner + k, depth[k, src]),
                           route=self._route(src, dst)))
         return ops
 
@@ -389,6 +400,7 @@ class _Builder:
         where: dict = {}
         transit: dict = {r: 0 for r in range(n)}
         seen: dict = {}
+        hops: dict = {}
         for k, (ch, u, v, _, _) in enumerate(order):
             chunk = problem.chunks[ch]
             q, (b,) = chunk.src, tuple(chunk.dests)
@@ -400,25 +412,36 @@ class _Builder:
                 dst = ("s", n * c + transit[v])
                 transit[v] += 1
             where[ch] = dst
-            ops.append(Op(1 + k, u, v, *src, *dst, lane=q + b, route=self._route(u, v)))
+            hops[ch] = hops.get(ch, 0) + 1
+            ops.append(Op(1 + k, u, v, *src, *dst, lane=_family(q + b, hops[ch]), route=self._route(u, v)))
         last = 1 + len(order)
         for r in range(n):   # one copy per chunk: see the module docstring (multi-chunk copies)
             ops += [Op(last, r, r, "s", k, "o", k) for k in range(n * c) if k // c != r]
         return ops, n * c + max(transit.values())
 
 
+def _family(family: int, hop: int) -> int:
+    """The provisional lane of a transfer: its chunk's family number and the parity of its hop."""
+    return 2 * family + hop % 2
+
+
 def _lanes(ops: list[Op]) -> list[Op]:
-    """Deal the remote ops onto lanes by the family number they were built with (their chunk), so that
-    no GPU has more than about LANE_OPS transfers with one peer on one lane (the runtime's threadblocks
-    hold at most 64 steps); local ops stay on lane 0. Every lane keeps the ops' global order, which is
-    consistent with every dependency, so no lane assignment can deadlock."""
+    """Final lanes: the hop's parity, plus twice the chunk family modulo K, K the smallest count that
+    leaves no GPU pair more than about LANE_OPS transfers per lane (the runtime's threadblocks hold
+    at most 64 steps); local ops stay on lane 0.
+
+    A chunk's consecutive hops are on lanes of different parity, so the lowering never fuses a
+    receive with the send that forwards it: such a fused instruction takes the time of its send, and on
+    2 x NDv2 that put a receive behind later sends of its threadblock and the file hung (a wait cycle
+    through the two NIC senders). Without fusion every instruction keeps its op's place in the global
+    start-time order, which is consistent with every dependency, so no lane assignment can deadlock."""
     per: dict = {}
     for op in ops:
         if not op.local:
             for key in ((op.src, op.dst), (op.dst, op.src)):
                 per[key] = per.get(key, 0) + 1
-    count = min(MAX_LANES, max(1, -(-max(per.values(), default=0) // LANE_OPS)))
-    return [replace(op, lane=0 if op.local else op.lane % count) for op in ops]
+    count = min(MAX_LANES // 2, max(1, -(-max(per.values(), default=0) // LANE_OPS)))
+    return [replace(op, lane=0 if op.local else op.lane % 2 + 2 * ((op.lane // 2) % count)) for op in ops]
 
 
 def _allgather_slots(coll: Collective):

@@ -138,7 +138,7 @@ class Solution:
     sends: list
     makespan: int
     bound: int
-    status: str               # "optimal" | "feasible"
+    status: str               # "optimal" | "gap limit" | "time limit"
     seconds: float
     greedy: int               # the greedy start's makespan
     variables: int
@@ -382,10 +382,13 @@ def solve(problem: Problem, settings: Settings) -> Solution:
             s = solver.value(start[c, u, v])
             sends.append((c, u, v, s, s + conns[u, v].alpha + conns[u, v].beta))
     makespan = solver.value(T)
-    bound = makespan if status == _OPTIMAL else \
-        max(0, math.ceil((solver.best_objective_bound - tie_max) / weight))
-    return Solution(sends, makespan, min(bound, makespan), "optimal" if status == _OPTIMAL else "feasible",
-                    seconds, greedy_makespan, len(x), notes)
+    # CP-SAT also says OPTIMAL when it stopped at the relative gap limit: the bound tells which
+    bound = min(makespan, max(0, math.ceil((solver.best_objective_bound - tie_max) / weight)))
+    if bound >= makespan:
+        state = "optimal"
+    else:
+        state = "gap limit" if status == _OPTIMAL else "time limit"
+    return Solution(sends, makespan, bound, state, seconds, greedy_makespan, len(x), notes)
 
 
 def _orbits(problem: Problem, group: list) -> tuple[dict, dict]:
