@@ -183,7 +183,7 @@ def hardware_show(name, nodes, as_json):
 @_hardware_options
 @click.option("--collective", required=True, type=Choice(KINDS), help="The collective.")
 @click.option("--method", default="ring", show_default=True, metavar="NAME",
-              help="Synthesis method: ring, direct, trees.")
+              help="Synthesis method: ring, direct, trees, milp.")
 @click.option("-o", "--output", required=True, metavar="FILE",
               help="Where to write the XML (written only after it verified): a regular file or a new name.")
 @click.option("--target", type=Choice(sorted(TARGETS)), default="exe", show_default=True,
@@ -204,12 +204,20 @@ def hardware_show(name, nodes, as_json):
 @click.option("--rings", type=Whole(1, MAX_COPIES), default=None, help="ring: number of rings (default: best found).")
 @click.option("--trees-per-gpu", type=Whole(1, MAX_COPIES), default=None,
               help="trees: spanning trees per GPU (default: the best that fits the target).")
+@click.option("--sketch", "sketch_path", default=None, metavar="FILE",
+              help="milp: a communication sketch (colls YAML or TACCL JSON; default: derived from the machine).")
+@click.option("--time-limit", type=float, default=None, metavar="SECONDS",
+              help="milp: solver time per stage, CP-SAT deterministic seconds (default 10).")
+@click.option("--gap", type=float, default=None, metavar="FRACTION",
+              help="milp: stop at this relative gap to the solver's bound (default 0.01).")
+@click.option("--quiet", is_flag=True, help="milp: no solver progress lines on stderr.")
 @click.option("--simulate/--no-simulate", "simulate", default=True, show_default=True,
               help="Time the file with the simulator: busbw at 1KB, 1MB and 1GB in the summary, the whole curve "
                    "in --json.")
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON instead of one line.")
 def synth(hardware, nodes, collective, method, output, target, instances, proto, min_bytes, max_bytes,
-          inplace_only, outofplace_only, chunks, root, rings, trees_per_gpu, simulate, as_json):
+          inplace_only, outofplace_only, chunks, root, rings, trees_per_gpu, sketch_path, time_limit, gap, quiet,
+          simulate, as_json):
     """Synthesize a schedule, prove it, and write it as MSCCL XML."""
     from colls import files, pipeline
     from colls.synth import METHODS
@@ -235,6 +243,14 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
     if options and method not in ("ring", "trees"):
         raise CollsError(f"does not apply to method {excerpt(method)}",
                          key="--rings" if rings is not None else "--trees-per-gpu")
+    milp_given = [(key, value) for key, value in (("--sketch", sketch_path), ("--time-limit", time_limit),
+                                                  ("--gap", gap), ("--quiet", quiet or None)) if value is not None]
+    if milp_given and method != "milp":
+        raise CollsError(f"applies to method milp only, not {excerpt(method)}", key=milp_given[0][0])
+    if time_limit is not None:
+        options["time_limit"] = time_limit
+    if gap is not None:
+        options["gap"] = gap
 
     def precheck(ngpus: int) -> None:    # what the runtime cannot load is refused before the machine is built
         if ngpus < 2:
@@ -248,6 +264,12 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
     topo = _load(hardware, nodes, precheck=precheck)
     root = root or 0
     _check_root(root, topo)
+    if method == "milp":
+        if sketch_path is not None:
+            from colls.sketch import load_sketch
+            options["sketch"] = load_sketch(sketch_path, topo, nodes)
+        if not quiet and sys.stderr.isatty():
+            options["progress"] = lambda line: click.echo(f"colls: {line}", err=True)
     coll = Collective(collective, topo.ngpus, chunks=chunks, root=root)
     result = pipeline.compile_schedule(topo, coll, method, target=target, instances=instances,
                                        proto=proto, min_bytes=min_bytes, max_bytes=max_bytes,

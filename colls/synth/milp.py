@@ -1,0 +1,458 @@
+"""Sketch-guided synthesis on an open solver: routing, link sharing and send order in one CP-SAT model.
+
+The idea is TACCL's (A. Shah et al., "TACCL: Guiding Collective Algorithm Synthesis using
+Communication Sketches", NSDI 2023, arXiv:2111.04867; code: microsoft/taccl): a *communication
+sketch* (:mod:`colls.sketch`) says which GPU pairs may talk between nodes, which chunks may leave a node
+through which GPU, which decisions are equal by symmetry and how finely buffers are cut, and that keeps
+an exact model of routing and scheduling small enough to solve. TACCL solves it in three stages on
+Gurobi (a routing MILP whose links carry load <= makespan, a greedy ordering, then a scheduling MILP).
+This module solves the same problem with Google OR-Tools' CP-SAT only.
+
+Why CP-SAT (and one model, not three stages)
+--------------------------------------------
+The hard part of the problem is disjunctive: transfers that share a link or a switch port go one after
+another. A MILP states that with big-M pairs (TACCL's stage 3, ``send_c + lat_c <= send_o`` with M =
+1e7), whose LP relaxation is empty of information, and TACCL therefore fixes the order with a heuristic
+before its last MILP. CP-SAT has the constraint natively: optional interval variables on a
+``NoOverlap`` per link ("Scheduling" and "Channeling constraints" in the OR-Tools CP-SAT guide,
+developers.google.com/optimization/cp), propagated by edge finding and disjunctive reasoning and
+relaxed into its LP by the solver itself. So one model decides the route of every chunk, the order on
+every link and the times together, instead of fixing routes before orders are known. Times are
+integers: every cost is scaled to units of ``info["time_unit_us"]`` (the smallest transfer's link
+occupancy is at least 100 units, so rounding moves no cost by more than 1%). Measured on 2 x NDv2
+allgather (bench/milp.py): the greedy start this module computes is improved within seconds, and
+the solver's own bound (with TACCL's load <= makespan constraints added as redundant cuts) tells how
+far the result can be from the best schedule of the model.
+
+Determinism: one worker (``threads=1``), a fixed ``seed``, and the limit ``time_limit`` given to
+CP-SAT as *deterministic* time (``max_deterministic_time``, a count of work that OR-Tools calibrates
+in seconds): a run stops at the same point of the search on any machine and load, so identical inputs
+give identical files even when the limit stops the search. The calibration is rough: on a 2-core AMD
+EPYC one deterministic second took 0.1 to 11 s of wall time (2 x NDv2 alltoall is the slow end). A
+wall-clock backstop of 30 times the limit plus 60 s only guards against a pathological calibration.
+``gap`` (default 1%) stops the search as soon as the incumbent is that close to the solver's bound
+(``relative_gap_limit``), which is also deterministic.
+
+The model
+---------
+Costs (alpha-beta, per transfer): a chunk of S bytes sent from GPU u to GPU v over the physical route
+``topology.route(u, v)`` arrives ``route latency + S / route bandwidth`` after it starts and holds
+every link of the route for ``S / route bandwidth`` (the latency is pipelined, as in the runtime).
+S is the chunk size a TACCL profile was measured at (``topology.meta["chunk_bytes"]``), or else a
+1 MiB buffer per rank cut into the collective's ``nchunksperloop`` chunks (option ``size`` changes
+the buffer); ``info`` records both.
+
+*Connections*: every GPU pair inside a node that has a route (switch pairs, mesh links); between nodes
+only the sketch's relay pairs (``internode_conn``: local sender s of every node to its receivers on
+every other node). *Candidates*: a chunk may use the connections on hop-shortest paths from its
+source to its destinations (TACCL's shortest-path sets; a GPU may relay). The sketch's ``senders_of``
+removes the inter-node connections a chunk may not leave a node by.
+
+Variables, per chunk c and candidate connection e = (u, v): ``x[c,e]`` (c crosses e), an optional
+interval of fixed length beta_e starting at ``s[c,e]``, present iff ``x[c,e]``; per chunk and rank the
+arrival time ``a[c,r]``; the makespan T. Constraints:
+
+- routing: allgather and broadcast: every rank but the source receives c exactly once (a tree);
+  alltoall: one path from source to destination (flow conservation at relays);
+- precedence: ``x[c,(u,v)] => s[c,(u,v)] >= a[c,u]`` and ``a[c,v] = s + alpha_e + beta_e``;
+- link and port sharing: ``NoOverlap`` over the intervals of every physical link (a GPU's port to a
+  switch, a NIC's links, an NVLink): a link carries its transfers one after another, which also
+  fixes the send order on every connection and port; and, as TACCL's stage 1, ``sum beta x <= T`` per
+  link (redundant, it strengthens the bound);
+- relay: only the sketch's inter-node connections exist; ``senders_of``; ``own_chunks_first``: on an
+  inter-node connection, a chunk of the sending GPU ends before a relayed one starts;
+- symmetry: every sketch rotation that maps the connections, costs and relay rule onto themselves
+  (others are dropped, and ``info["notes"]`` says which) joins chunks into orbits: the members of an
+  orbit share their routing literals, and also their times when no member's transfer shares a link
+  with its image (on NDv2 every GPU shares the one NIC, so a rotation inside a node shares routes
+  only); constraints are then stated once per orbit;
+- objective: minimise T, then (lexicographically) the sketch's ``uc-min`` / ``uc-max`` (fewer / more
+  distinct connections inside switch lists) or ``minmax`` / ``maxmin`` (busiest / least busy link).
+
+A greedy list schedule (earliest arrival first, whole orbits at once) gives the first incumbent and the
+horizon, passed to CP-SAT as a solution hint.
+
+Collectives
+-----------
+- allgather: chunk (q, j) from q to every rank (input ``i[j]`` -> output ``o[q c + j]``).
+- broadcast: the root's chunks to every rank, over any connections (not only shortest paths: a
+  GPU that received a chunk relays it, so the root's port is not the only one busy); no symmetry
+  (rotations move the root).
+- alltoall: chunk (q, b, j) from q to b; arrivals and relayed chunks wait in scratch and local copies
+  place them after the last transfer (so in-place calls are right).
+- reducescatter: the allgather problem on the reversed machine (each connection turned around, its
+  cost that of the real transfer), solved, then run backwards in time: every tree becomes an in-tree
+  to the chunk's owner, and a GPU reduces each child's partial sum on arrival and sends its own on
+  once every child arrived (partial sums in scratch).
+- reduce: the broadcast problem on the reversed machine, run backwards like reducescatter (partial
+  sums in scratch, the root's sum in its output).
+- allreduce: chunk factor N m: the reduce-scatter of chunk ``q m + j`` to q, then the allgather of it
+  from q, one schedule (the second solve is skipped when the machine equals its reversal).
+
+Every op moves one chunk and carries ``topology.route(src, dst)``; ops run in the order of their start
+times, one step each (a total order consistent with every dependency). Lanes: see :func:`_lanes`. The
+alltoall's final local copies move one chunk each: with one copy of a run of chunks, the lowering
+(colls.lower at this commit) left out the wait for some of the receives into that run on 2 x NDv2.
+
+``Schedule.info``: ``objective_us`` (the makespan found), ``lower_bound_us`` (the solver's bound on
+the model's optimum), ``gap``, ``status`` per stage (``optimal``, ``gap limit`` or ``time limit``), ``solve_seconds`` per stage, ``greedy_us``,
+``sketch`` (colls YAML), ``chunk_bytes``, ``message_bytes``, ``time_unit_us`` and ``notes``.
+
+STATUS
+------
+Works: allgather, alltoall, reducescatter, allreduce, broadcast, reduce on switch nodes, meshes (NDv2)
+and clusters, with colls and TACCL sketches (one-node TACCL sketches too); time limit, gap,
+determinism, progress lines, infeasibility naming the constraint family; ``colls synth --method milp``
+(--sketch, --time-limit, --gap, --quiet). bench/milp.py on a 2-core AMD EPYC: 2 x NDv2 allgather
+(sk1-ndv2-n2) 0.5 s, alltoall 0.5 s (gap 0.8%), 2 x DGX-2 allgather (sk2-dgx2-n2) 0.4 s, whole pipeline.
+Simulated, the allgather files beat ring but not trees (1 MB on dgx2 x1: milp 30 us, trees 25 us,
+ring 97 us): the model's one-transfer-per-link serialisation and per-transfer latency are more
+pessimistic than the runtime, and every op moves one chunk.
+Next: a cost model closer to the simulator's (bandwidth shared rather than serialised; calibrate
+alpha/beta against colls.simulate); contiguity (several chunks in one send, TACCL's stage 3);
+``rrs`` forwarding of partial sums; overlapping the two halves of allreduce in one model; the two
+lowering defects worked around here (multi-chunk local copies losing waits, fused forwards
+reordered into a wait cycle) belong fixed in colls.lower.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+from fractions import Fraction
+
+from colls.collectives import Collective
+from colls.errors import CollsError
+from colls.schedule import Op, Schedule
+from colls.sketch import Sketch, derive_sketch, sketch_text, symmetry_permutation
+from colls.synth.common import schedule_facts
+from colls.synth.milp_model import Chunk, Connection, Problem, Settings, chunk_map, closure, solve
+from colls.topology import Topology
+
+METHOD = "milp"
+KINDS = ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast", "reduce")
+DEFAULT_BUFFER = 1 << 20       # bytes per rank when the profile holds no chunk size
+MIN_UNITS = 100                # the smallest link occupancy, in time units
+LANE_OPS = 64                  # transfers per GPU pair (both ways) and lane; the lowering splits longer ones
+MAX_LANES = 16
+
+
+def synthesize(topology: Topology, collective: Collective, *, sketch: Sketch | None = None,
+               time_limit: float = 10.0, gap: float = 0.01, seed: int = 0, threads: int = 1,
+               size: int | None = None, progress=None, **options) -> Schedule:
+    """A schedule of ``collective`` on ``topology`` from the sketch-guided model (module docstring).
+
+    Parameters
+    ----------
+    sketch : a checked :class:`~colls.sketch.Sketch`; default :func:`colls.sketch.derive_sketch`.
+    time_limit : CP-SAT deterministic seconds per solve (module docstring); on the limit the
+        best schedule found is used and ``info["gap"]`` says how far from the bound it may be.
+    gap : stop at this relative gap (0: prove optimality or run to the limit); default 1%.
+    seed, threads : CP-SAT's random seed and workers (1: deterministic).
+    size : bytes per rank's buffer for the cost model (default: the TACCL profile's chunk size, else
+        1 MiB).
+    progress : a callable given one line per solved stage.
+    options : accepted and ignored (the pipeline passes every method the same options).
+
+    Raises CollsError for a collective the method does not make, a rank count that is not the
+    machine's, an infeasible sketch (naming the constraint family) or a time limit too short for any
+    schedule.
+    """
+    n = collective.nranks
+    if n != topology.ngpus:
+        raise CollsError(f"{METHOD}: the collective has {n} ranks but {topology.name} has "
+                         f"{topology.ngpus} GPUs")
+    if collective.kind not in KINDS:
+        raise CollsError(f"{METHOD}: {collective.kind} is not made by this method yet (choose from "
+                         f"{', '.join(KINDS)})", key="--collective")
+    _check_number(time_limit, "--time-limit", lower=0.0)
+    _check_number(gap, "--gap", lower=0.0, upper=1.0)
+    sketch = sketch if sketch is not None else derive_sketch(topology)
+    if sketch.nodes != topology.nodes or sketch.gpus_per_node != topology.gpus_per_node:
+        raise CollsError(f"{METHOD}: the sketch is for {sketch.nodes} x {sketch.gpus_per_node} GPUs, the "
+                         f"machine has {topology.nodes} x {topology.gpus_per_node}", key="--sketch")
+    chunkup = collective.chunks if collective.chunks != 1 else sketch.chunkup
+    if collective.kind == "allreduce":
+        coll = collective.with_chunks(n * chunkup)
+    else:
+        coll = collective.with_chunks(chunkup)
+    settings = Settings(time_limit=float(time_limit), gap=float(gap), seed=int(seed), threads=int(threads))
+    builder = _Builder(topology, coll, sketch, size, settings, progress)
+    schedule = builder.build()
+    schedule.info.update(schedule_facts(schedule, topology))
+    return schedule
+
+
+def _check_number(value, key: str, lower: float, upper: float | None = None) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < lower or (upper is not None and value > upper) or (key == "--time-limit" and value <= 0):
+        where = f"> {lower:g}" if key == "--time-limit" else f"in {lower:g}..{upper:g}"
+        raise CollsError(f"must be a number {where}, got {value!r}", key=key)
+
+
+class _Builder:
+    """States the problem(s) of one collective, solves them and turns the solutions into ops."""
+
+    def __init__(self, topology, coll, sketch, size, settings, progress):
+        self.topo = topology
+        self.coll = coll
+        self.sketch = sketch
+        self.settings = settings
+        self.progress = progress
+        self.start = time.perf_counter()
+        n = coll.nranks
+        if "chunk_bytes" in topology.meta and size is None:
+            self.chunk_bytes = int(topology.meta["chunk_bytes"])
+            self.message = self.chunk_bytes * coll.nchunksperloop
+        else:
+            self.message = DEFAULT_BUFFER if size is None else int(size)
+            self.chunk_bytes = max(1, self.message // coll.nchunksperloop)
+        self.n = n
+        self.stages: dict = {}
+        self.notes: list = []
+
+    # --- problems -------------------------------------------------------------------------------------
+    def connections(self, reverse: bool) -> tuple[dict, float]:
+        """(u, v) -> Connection in the problem's world (reverse: (u, v) is the real v -> u), and the
+        time unit in microseconds."""
+        topo, sk, G = self.topo, self.sketch, self.topo.gpus_per_node
+        raw = {}
+        for a in range(self.n):
+            for b in range(self.n):
+                if a == b:
+                    continue
+                inter = a // G != b // G
+                if inter and b % G not in sk.receivers(a % G):
+                    continue
+                route = topo.route(a, b)
+                if route is None:
+                    continue
+                lat = topo.route_latency(route)
+                beta = float(Fraction(self.chunk_bytes) / (topo.route_bandwidth(route) * 1000))
+                links = tuple(zip(route, route[1:]))
+                raw[(b, a) if reverse else (a, b)] = (lat, beta, links, inter, a % G)
+        smallest = min(beta for _, beta, _, _, _ in raw.values())
+        unit = smallest / MIN_UNITS
+        conns = {k: Connection(max(0, round(lat / unit)), max(1, round(beta / unit)), links, inter, s)
+                 for k, (lat, beta, links, inter, s) in raw.items()}
+        return conns, unit
+
+    def problem(self, kind: str, reverse: bool = False, chunks: int | None = None) -> Problem:
+        """The model of ``kind`` (allgather, broadcast or alltoall) with ``chunks`` chunks per source."""
+        n, G, sk = self.n, self.topo.gpus_per_node, self.sketch
+        c = self.coll.chunks if chunks is None else chunks
+        conns, unit = self.connections(reverse)
+        everyone = frozenset(range(n))
+        if kind == "alltoall":
+            items = [Chunk(q, frozenset([b]), q % G) for q in range(n) for b in range(n) if b != q
+                     for _ in range(c)]
+        elif kind == "broadcast":
+            root = self.coll.root
+            items = [Chunk(root, everyone - {root}, root % G) for _ in range(c)]
+        else:
+            items = [Chunk(q, everyone - {q}, q % G) for q in range(n) for _ in range(c)]
+        switch_pairs = frozenset((u, v) for (u, v), conn in conns.items() if not conn.inter
+                                 and any(u % G in s and v % G in s for s in sk.switches))
+        strategy = sk.switch_strategy[0] if sk.strategy == "switch" and sk.switch_strategy else None
+        problem = Problem(n, G, conns, items, kind != "alltoall", sk.senders_of, sk.own_chunks_first,
+                          switch_pairs=switch_pairs, switch_strategy=strategy,
+                          link_strategy=sk.strategy if sk.strategy in ("minmax", "maxmin") else None,
+                          unit_us=unit, any_path=kind == "broadcast")
+        perms = []
+        for offset, group in sk.symmetry:
+            perm = symmetry_permutation(n, offset, group)
+            if kind == "broadcast":
+                problem.notes.append(f"symmetry [{offset}, {group}] dropped: it moves the root")
+                continue
+            if chunk_map(problem, perm) is None:
+                problem.notes.append(f"symmetry [{offset}, {group}] dropped: the sketch's relay "
+                                     f"connections do not map onto themselves under it")
+                continue
+            perms.append(perm)
+        problem.group = closure(perms, n)
+        return problem
+
+    def run(self, name: str, problem: Problem):
+        solution = solve(problem, self.settings)
+        unit = problem.unit_us
+        stage = {"objective_us": round(solution.makespan * unit, 4),
+                 "lower_bound_us": round(solution.bound * unit, 4),
+                 "gap": round(solution.gap, 6), "status": solution.status,
+                 "solve_seconds": round(solution.seconds, 3),
+                 "greedy_us": round(solution.greedy * unit, 4), "decisions": solution.variables}
+        self.stages[name] = stage
+        for note in solution.notes:
+            if note not in self.notes:
+                self.notes.append(note)
+        if self.progress is not None:
+            self.progress(f"{METHOD} {name}: incumbent {stage['objective_us']:.2f} us, bound "
+                          f"{stage['lower_bound_us']:.2f} us ({solution.status}), "
+                          f"{time.perf_counter() - self.start:.1f} s elapsed")
+        return solution
+
+    # --- schedules ------------------------------------------------------------------------------------
+    def build(self) -> Schedule:
+        kind = self.coll.kind
+        if kind == "allgather":
+            p = self.problem("allgather")
+            ops = self._multicast(p, self.run("allgather", p), 0, _allgather_slots(self.coll))
+            scratch = 0
+        elif kind == "broadcast":
+            p = self.problem("broadcast")
+            root = self.coll.root
+            ops = [Op(0, root, root, "i", 0, "o", 0, self.coll.chunks)]
+            ops += self._multicast(p, self.run("broadcast", p), 1, lambda c: (("i", c), ("o", c)),
+                                   copy=False)
+            scratch = 0
+        elif kind == "alltoall":
+            p = self.problem("alltoall")
+            ops, scratch = self._alltoall(p, self.run("alltoall", p))
+        elif kind == "reducescatter":
+            p = self.problem("allgather", reverse=True)
+            c = self.coll.chunks
+            ops = self._reduce(p, self.run("reduce-scatter", p), 0, "s", lambda k, owner: k - owner * c)
+            scratch = self.n * c
+        elif kind == "reduce":
+            p = self.problem("broadcast", reverse=True)
+            ops = self._reduce(p, self.run("reduce", p), 0, "s")
+            scratch = self.coll.chunks
+        else:  # allreduce: chunk q m + j is reduced to q, then sent from q to every rank
+            m = self.coll.chunks // self.n
+            back = self.problem("allgather", reverse=True, chunks=m)
+            rs = self.run("reduce-scatter", back)
+            ops = self._reduce(back, rs, 0, "o")
+            forward = self.problem("allgather", chunks=m)
+            if _same(forward, back):
+                ag, self.stages["allgather"] = rs, dict(self.stages["reduce-scatter"], reused=True)
+            else:
+                ag = self.run("allgather", forward)
+            first = 1 + max(op.step for op in ops)
+            ops += self._multicast(forward, ag, first, lambda c: (("o", c), ("o", c)), copy=False)
+            scratch = 0
+        schedule = Schedule(self.coll, _lanes(ops), METHOD, scratch)
+        schedule.info.update(self.facts(), lanes=len(schedule.lanes))
+        return schedule
+
+    def facts(self) -> dict:
+        stages = self.stages
+        total = sum(s["objective_us"] for s in stages.values())   # the phases run one after another
+        bound = sum(s["lower_bound_us"] for s in stages.values())
+        return {"objective_us": round(total, 4), "lower_bound_us": round(bound, 4),
+                "gap": round(0.0 if total <= 0 else max(0.0, (total - bound) / total), 6),
+                "stages": stages, "solve_seconds": {k: s["solve_seconds"] for k, s in stages.items()},
+                "sketch": sketch_text(self.sketch), "chunk_bytes": self.chunk_bytes,
+                "message_bytes": self.message, "time_limit": self.settings.time_limit,
+                "relative_gap_limit": self.settings.gap, "notes": list(self.notes)}
+
+    def _route(self, a: int, b: int) -> tuple:
+        return self.topo.route(a, b)
+
+    def _multicast(self, problem: Problem, sol, first: int, slots, copy: bool = True) -> list[Op]:
+        """Ops of a solved allgather/broadcast: the source sends from its slot, every receiver writes
+        its output slot and relays from there. ``slots(chunk) = ((src buf, idx), (dst buf, idx))``."""
+        ops = []
+        if copy:
+            for q in range(self.n):
+                (sb, si), (db, di) = slots(q * self.coll.chunks)
+                ops.append(Op(0, q, q, sb, si, db, di, self.coll.chunks))
+            first = max(first, 1)
+        order = sorted(sol.sends, key=lambda s: (s[3], s[4], s[0], s[1], s[2]))
+        hop: dict = {}
+        for k, (c, u, v, _, _) in enumerate(order):
+            (sb, si), (db, di) = slots(c)
+            src = (sb, si) if u == problem.chunks[c].src else (db, di)
+            hop[c, v] = hop.get((c, u), 0) + 1
+            ops.append(Op(first + k, u, v, *src, db, di, lane=_family(problem.chunks[c].src + c, hop[c, v]),
+                          route=self._route(u, v)))
+        return ops
+
+    def _reduce(self, problem: Problem, sol, first: int, partial: str, out=lambda k, owner: k) -> list[Op]:
+        """Ops of a reduction from the solved allgather/broadcast on the reversed machine: the send
+        u -> v over [s, a] becomes v -> u over [T - a, T - s]. Chunk k is input ``k`` of every rank
+        and ends in its owner's output ``o[out(k, owner)]``; partial sums wait in ``partial[k]`` on the
+        way. A GPU's first child is reduced with its own input, later ones with the partial sum."""
+        T = sol.makespan
+        depth: dict = {}
+        for k, u, v, s, a in sorted(sol.sends, key=lambda s: (s[3], s[4], s[0], s[1], s[2])):
+            depth[k, v] = depth.get((k, u), 0) + 1
+        real = sorted(((T - a, T - s, k, v, u) for k, u, v, s, a in sol.sends))
+        has_partial: set = set()
+        ops = []
+        for step, (_, _, k, src, dst) in enumerate(real):
+            owner = problem.chunks[k].src
+            from_slot = (partial, k) if (src, k) in has_partial else ("i", k)
+            target = ("o", out(k, owner)) if dst == owner else (partial, k)
+            operand = target if (dst, k) in has_partial else ("i", k)
+            has_partial.add((dst, k))
+            ops.append(Op(first + step, src, dst, *from_slot, *target, reduce=operand,
+                          lane=_family(owner + k, depth[k, src]),
+                          route=self._route(src, dst)))
+        return ops
+
+    def _alltoall(self, problem: Problem, sol) -> tuple[list[Op], int]:
+        """Ops of a solved alltoall: chunk (q, b, j) reads ``i[b c + j]`` at q, waits in scratch at
+        relays (a slot of its own) and lands in ``s[q c + j]`` at b; local copies place the arrivals
+        in the output after the last transfer (right for in-place calls too)."""
+        n, c = self.n, self.coll.chunks
+        ops = [Op(0, r, r, "i", r * c, "o", r * c, c) for r in range(n)]
+        order = sorted(sol.sends, key=lambda s: (s[3], s[4], s[0], s[1], s[2]))
+        where: dict = {}
+        transit: dict = {r: 0 for r in range(n)}
+        seen: dict = {}
+        hops: dict = {}
+        for k, (ch, u, v, _, _) in enumerate(order):
+            chunk = problem.chunks[ch]
+            q, (b,) = chunk.src, tuple(chunk.dests)
+            j = seen.setdefault(ch, sum(1 for d in range(ch) if problem.chunks[d] == chunk))
+            src = where.get(ch, ("i", b * c + j))
+            if v == b:
+                dst = ("s", q * c + j)
+            else:
+                dst = ("s", n * c + transit[v])
+                transit[v] += 1
+            where[ch] = dst
+            hops[ch] = hops.get(ch, 0) + 1
+            ops.append(Op(1 + k, u, v, *src, *dst, lane=_family(q + b, hops[ch]), route=self._route(u, v)))
+        last = 1 + len(order)
+        for r in range(n):   # one copy per chunk: see the module docstring (multi-chunk copies)
+            ops += [Op(last, r, r, "s", k, "o", k) for k in range(n * c) if k // c != r]
+        return ops, n * c + max(transit.values())
+
+
+def _family(family: int, hop: int) -> int:
+    """The provisional lane of a transfer: its chunk's family number and the parity of its hop."""
+    return 2 * family + hop % 2
+
+
+def _lanes(ops: list[Op]) -> list[Op]:
+    """Final lanes: the hop's parity, plus twice the chunk family modulo K, K the smallest count that
+    leaves no GPU pair more than about LANE_OPS transfers per lane (the runtime's threadblocks hold
+    at most 64 steps); local ops stay on lane 0.
+
+    A chunk's consecutive hops are on lanes of different parity, so the lowering never fuses a
+    receive with the send that forwards it: such a fused instruction takes the time of its send, and on
+    2 x NDv2 that put a receive behind later sends of its threadblock and the file hung (a wait cycle
+    through the two NIC senders). Without fusion every instruction keeps its op's place in the global
+    start-time order, which is consistent with every dependency, so no lane assignment can deadlock."""
+    per: dict = {}
+    for op in ops:
+        if not op.local:
+            for key in ((op.src, op.dst), (op.dst, op.src)):
+                per[key] = per.get(key, 0) + 1
+    count = min(MAX_LANES // 2, max(1, -(-max(per.values(), default=0) // LANE_OPS)))
+    return [replace(op, lane=0 if op.local else op.lane % 2 + 2 * ((op.lane // 2) % count)) for op in ops]
+
+
+def _allgather_slots(coll: Collective):
+    c = coll.chunks
+
+    def slots(k: int):
+        return ("i", k % c), ("o", k)
+    return slots
+
+
+def _same(a: Problem, b: Problem) -> bool:
+    """Whether two problems are the same model (a symmetric machine equals its reversal)."""
+    return (a.conns, a.chunks, a.group, a.senders_of, a.switch_pairs) == \
+        (b.conns, b.chunks, b.group, b.senders_of, b.switch_pairs) and a.unit_us == b.unit_us

@@ -1,0 +1,496 @@
+"""The routing-and-scheduling model of the ``milp`` method: problem data, a greedy start, the CP-SAT model.
+
+A :class:`Problem` is what one solve needs, independent of the collective's buffers: the ranks, the
+*connections* (GPU pairs the sketch allows, each with its alpha-beta cost and the physical links its
+route crosses), the chunks (a source and the ranks that must receive it), each chunk's candidate
+connections, the relay rule (``senders_of``), ``own_chunks_first`` and the symmetry group.
+:func:`solve` builds the CP-SAT model of :mod:`colls.synth.milp` (see its docstring for the
+formulation), solves it and returns a :class:`Solution`: every chosen transfer with its start and
+arrival time. Times are integers in units of ``Problem.unit_us`` microseconds.
+
+A problem is stated in its *world*: for allgather, alltoall and broadcast the real machine; for a
+reduce-scatter the reversed one (a connection ``(u, v)`` of the problem is the real transfer ``v -> u``,
+see :func:`colls.synth.milp.synthesize`), so one model serves both directions.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from colls.errors import CollsError
+
+# CP-SAT statuses by name (ortools.sat.python.cp_model: OPTIMAL 4, FEASIBLE 2, INFEASIBLE 3, UNKNOWN 0,
+# MODEL_INVALID 1)
+_OPTIMAL, _FEASIBLE, _INFEASIBLE = 4, 2, 3
+
+
+@dataclass(frozen=True)
+class Connection:
+    """One GPU pair the schedule may use: ``alpha`` (latency) and ``beta`` (occupancy of each link on
+    its route, the chunk's bytes over the route's bandwidth) in time units, ``links`` the physical
+    links it holds, ``inter`` whether it crosses nodes, ``sender`` the local index of the GPU that
+    sends in the real machine (relay rules are stated for it)."""
+
+    alpha: int
+    beta: int
+    links: tuple
+    inter: bool
+    sender: int
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A chunk to move: from ``src`` to every rank of ``dests`` (one, for alltoall). ``owner`` is the
+    local index the relay rule ``senders_of`` is looked up with."""
+
+    src: int
+    dests: frozenset
+    owner: int
+
+
+@dataclass
+class Problem:
+    nranks: int
+    gpus_per_node: int
+    conns: dict                      # (u, v) -> Connection
+    chunks: list                     # Chunk
+    multicast: bool                  # every rank but the source receives (allgather, broadcast)
+    senders_of: tuple | None         # local GPU -> allowed senders (None: any)
+    own_chunks_first: bool
+    group: list = field(default_factory=list)   # rank permutations (the identity first)
+    switch_pairs: frozenset = frozenset()       # connections inside a sketch switch list
+    switch_strategy: str | None = None          # "uc-min" | "uc-max" | None
+    link_strategy: str | None = None            # "minmax" | "maxmin" | None
+    any_path: bool = False                      # multicast over every connection, not shortest paths
+    unit_us: float = 1.0
+    notes: list = field(default_factory=list)
+
+    def node(self, rank: int) -> int:
+        return rank // self.gpus_per_node
+
+    # --- candidates -----------------------------------------------------------------------------------
+    def allowed(self, chunk: Chunk, u: int, v: int, relay: bool = True) -> bool:
+        conn = self.conns[u, v]
+        if relay and conn.inter and self.senders_of is not None:
+            return conn.sender in self.senders_of[chunk.owner]
+        return True
+
+    def candidates(self, chunk: Chunk, relay: bool = True) -> list:
+        """The connections on hop-shortest paths from the chunk's source to its destinations (TACCL's
+        shortest-path sets; every connection with ``any_path``), in a deterministic order; [] if a
+        destination cannot be reached."""
+        out = defaultdict(list)
+        for (u, v) in self.conns:
+            if self.allowed(chunk, u, v, relay):
+                out[u].append(v)
+        dist = _bfs(out, chunk.src)
+        if any(d not in dist for d in chunk.dests):
+            return []
+        if self.multicast:
+            return sorted((u, v) for u in dist for v in out[u]
+                          if v != chunk.src and (self.any_path or dist[v] == dist[u] + 1))
+        (dest,) = chunk.dests
+        back = defaultdict(list)
+        for u, vs in out.items():
+            for v in vs:
+                back[v].append(u)
+        rest = _bfs(back, dest)
+        need = dist[dest]
+        return sorted((u, v) for u in dist for v in out[u]
+                      if v in rest and dist[u] + 1 + rest[v] == need)
+
+    def unreachable(self, relay: bool = True) -> tuple | None:
+        """(chunk, a rank it cannot reach) for the first chunk some destination of which is cut off."""
+        for chunk in self.chunks:
+            out = defaultdict(list)
+            for (u, v) in self.conns:
+                if self.allowed(chunk, u, v, relay):
+                    out[u].append(v)
+            dist = _bfs(out, chunk.src)
+            for d in sorted(chunk.dests):
+                if d not in dist:
+                    return chunk, d
+        return None
+
+
+def _bfs(out: dict, src) -> dict:
+    dist = {src: 0}
+    frontier = [src]
+    while frontier:
+        nxt = []
+        for u in frontier:
+            for v in sorted(out.get(u, ())):
+                if v not in dist:
+                    dist[v] = dist[u] + 1
+                    nxt.append(v)
+        frontier = nxt
+    return dist
+
+
+@dataclass
+class Solution:
+    """A solved problem: ``sends`` are ``(chunk index, u, v, start, arrival)`` in time units."""
+
+    sends: list
+    makespan: int
+    bound: int
+    status: str               # "optimal" | "gap limit" | "time limit"
+    seconds: float
+    greedy: int               # the greedy start's makespan
+    variables: int
+    notes: list
+
+    @property
+    def gap(self) -> float:
+        return 0.0 if self.makespan <= 0 else max(0.0, (self.makespan - self.bound) / self.makespan)
+
+
+# --- symmetry -----------------------------------------------------------------------------------------
+def chunk_map(problem: Problem, perm: list) -> dict | None:
+    """Chunk index -> index of its image under the rank permutation ``perm``, or None when ``perm``
+    does not map the chunk set, the connections (with their costs) and the relay rule onto
+    themselves. Chunks with equal source and destinations (chunkup > 1) map in order."""
+    same: dict = defaultdict(list)
+    for i, c in enumerate(problem.chunks):
+        same[c.src, c.dests].append(i)
+    out = {}
+    for key, idx in same.items():
+        img = same.get((perm[key[0]], frozenset(perm[d] for d in key[1])), [])
+        if len(img) != len(idx):
+            return None
+        out.update(zip(idx, img))
+    for (u, v), conn in problem.conns.items():
+        img = problem.conns.get((perm[u], perm[v]))
+        if img is None or (img.alpha, img.beta, img.inter) != (conn.alpha, conn.beta, conn.inter):
+            return None
+    if problem.senders_of is not None:
+        inter = [(u, v) for (u, v), conn in problem.conns.items() if conn.inter]
+        for i, c in enumerate(problem.chunks):
+            d = problem.chunks[out[i]]
+            if any(problem.allowed(c, u, v) != problem.allowed(d, perm[u], perm[v]) for u, v in inter):
+                return None
+    return out
+
+
+def closure(perms: list, n: int) -> list:
+    """The group the permutations generate (the identity first), in a deterministic order."""
+    ident = tuple(range(n))
+    group = [ident]
+    seen = {ident}
+    frontier = [ident]
+    while frontier:
+        nxt = []
+        for g in frontier:
+            for p in perms:
+                h = tuple(p[g[r]] for r in range(n))
+                if h not in seen:
+                    seen.add(h)
+                    group.append(h)
+                    nxt.append(h)
+        frontier = nxt
+    return group
+
+
+# --- greedy start -------------------------------------------------------------------------------------
+def greedy(problem: Problem, cands: dict, orbits: dict, shared_times: bool) -> dict:
+    """A feasible schedule by list scheduling: repeatedly the candidate transfer that arrives first
+    (after its links' last transfers), applied to the chunk's whole symmetry orbit at once. Returns
+    {(chunk, u, v): start}. Links carry one transfer after another, so the schedule satisfies the model
+    (except own_chunks_first, which the solver repairs from this start)."""
+    conns = problem.conns
+    free: dict = defaultdict(int)
+    have: dict = {c: {problem.chunks[c].src: 0} for c in range(len(problem.chunks))}
+    at: dict = {c: problem.chunks[c].src for c in orbits}     # unicast: where the chunk is now
+    out_of: dict = {}
+    for c in orbits:
+        out = defaultdict(list)
+        for (u, v) in cands[c]:
+            out[u].append(v)
+        out_of[c] = out
+    chosen: dict = {}
+    heap: list = []
+
+    def begin(img, g, u, v):
+        return max([have[img][g[u]]] + [free[link] for link in conns[g[u], g[v]].links])
+
+    def ready(c, u, v):
+        return max(begin(img, g, u, v) for g, img in orbits[c]) + conns[u, v].alpha + conns[u, v].beta
+
+    def push(c, u):
+        for v in out_of[c][u]:
+            if v not in have[c]:
+                heapq.heappush(heap, (ready(c, u, v), c, u, v))
+
+    for c in orbits:
+        push(c, problem.chunks[c].src)
+    while heap:
+        arrive, c, u, v = heapq.heappop(heap)
+        if v in have[c] or (not problem.multicast and at[c] != u):
+            continue
+        now = ready(c, u, v)
+        if now > arrive:
+            heapq.heappush(heap, (now, c, u, v))
+            continue
+        conn = conns[u, v]
+        for g, img in orbits[c]:
+            start = now - conn.alpha - conn.beta if shared_times else begin(img, g, u, v)
+            chosen[img, g[u], g[v]] = start
+            have[img][g[v]] = start + conn.alpha + conn.beta
+            for link in conns[g[u], g[v]].links:
+                free[link] = max(free[link], start + conn.beta)
+        at[c] = v
+        if problem.multicast or v not in problem.chunks[c].dests:
+            push(c, v)
+    return chosen
+
+
+# --- the CP-SAT model ---------------------------------------------------------------------------------
+@dataclass
+class Settings:
+    time_limit: float = 60.0
+    gap: float = 0.0
+    seed: int = 0
+    threads: int = 1
+    relay: bool = True           # the sketch's senders_of rule
+    ordering: bool = True        # own_chunks_first
+    symmetry: bool = True
+
+
+def solve(problem: Problem, settings: Settings) -> Solution:
+    """Build and solve the model; CollsError when it has no solution (naming the constraint family)
+    or when the time limit ran out before any."""
+    from ortools.sat.python import cp_model
+
+    t0 = time.perf_counter()
+    cut = problem.unreachable(relay=settings.relay)
+    if cut is not None:
+        raise _unreachable_error(problem, settings, *cut)
+    conns = problem.conns
+    group = problem.group if settings.symmetry else problem.group[:1]
+    orbits, origin = _orbits(problem, group)
+    cands = {}
+    for c, members in orbits.items():
+        cands[c] = problem.candidates(problem.chunks[c], settings.relay)
+        for g, img in members[1:]:
+            cands[img] = sorted((g[u], g[v]) for (u, v) in cands[c])
+    shared = len(group) > 1 and _shares_times(problem, group, cands)
+    notes = list(problem.notes)
+    if len(group) > 1:
+        notes.append(f"symmetry: {len(group)} symmetric copies of every decision"
+                     + (" (routes and times)" if shared else
+                        " share their routes (not their times: their transfers would share links)"))
+    hint = greedy(problem, cands, orbits, shared)
+    greedy_makespan = max(s + conns[u, v].alpha + conns[u, v].beta for (c, u, v), s in hint.items())
+    ordering = problem.own_chunks_first and settings.ordering
+    horizon = greedy_makespan if not ordering else \
+        sum(conns[e].alpha + conns[e].beta for es in cands.values() for e in es) + 1
+
+    m = cp_model.CpModel()
+    T = m.new_int_var(0, horizon, "T")
+    x: dict = {}
+    start: dict = {}
+    arrive: dict = {}
+    by_link: dict = defaultdict(list)
+    load: dict = defaultdict(list)
+    for c, members in orbits.items():
+        for (u, v) in cands[c]:
+            lit = m.new_bool_var(f"x{c}_{u}_{v}")
+            own = m.new_int_var(0, horizon, f"s{c}_{u}_{v}")
+            for g, img in members:
+                key = (img, g[u], g[v])
+                x[key] = lit
+                start[key] = own if shared or img == c else m.new_int_var(0, horizon, f"s{key}")
+    for key, s in start.items():
+        c, u, v = key
+        conn = conns[u, v]
+        iv = m.new_optional_fixed_size_interval_var(s, conn.beta, x[key], f"i{key}")
+        for link in conn.links:
+            by_link[link].append(iv)
+            load[link].append((conn.beta, x[key]))
+    for c in range(len(problem.chunks)):
+        ch = problem.chunks[c]
+        rep, g = origin[c]
+        for w in sorted({ch.src} | {w for e in cands[c] for w in e}):
+            if w == ch.src:
+                arrive[c, w] = 0
+            elif shared and rep != c:
+                arrive[c, w] = arrive[rep, _inverse(g)[w]]
+            else:
+                arrive[c, w] = m.new_int_var(0, horizon, f"a{c}_{w}")
+    for c in (orbits if shared else range(len(problem.chunks))):
+        ch = problem.chunks[c]
+        into, outof = defaultdict(list), defaultdict(list)
+        for (u, v) in cands[c]:
+            into[v].append(x[c, u, v])
+            outof[u].append(x[c, u, v])
+        if not problem.multicast:
+            m.add(sum(outof[ch.src]) == 1)
+        for w in sorted((set(into) | set(outof)) - {ch.src}):
+            if problem.multicast or w in ch.dests:
+                m.add(sum(into[w]) == 1)
+            else:
+                m.add(sum(into[w]) == sum(outof[w]))
+        for (u, v) in cands[c]:
+            key = (c, u, v)
+            conn = conns[u, v]
+            if u != ch.src:
+                m.add(start[key] >= arrive[c, u]).only_enforce_if(x[key])
+            m.add(arrive[c, v] == start[key] + conn.alpha + conn.beta).only_enforce_if(x[key])
+        for d in sorted(ch.dests):
+            m.add(T >= arrive[c, d])
+    if ordering:
+        _own_first(m, problem, x, start)
+    for link in sorted(by_link, key=str):
+        if len(by_link[link]) > 1:
+            m.add_no_overlap(by_link[link])
+        m.add(sum(b * lit for b, lit in load[link]) <= T)   # TACCL's stage-1 load bound, redundant
+    weight, tie, tie_max = _tie_break(m, problem, x, load, horizon)
+    m.minimize(T * weight + tie)
+    for key, lit in x.items():
+        if key[0] in orbits:
+            m.add_hint(lit, key in hint)
+            if key in hint:
+                m.add_hint(start[key], hint[key])
+    if not ordering:
+        for key, s in hint.items():
+            if not shared and key[0] not in orbits:
+                m.add_hint(start[key], s)
+        m.add_hint(T, greedy_makespan)
+
+    solver = cp_model.CpSolver()
+    p = solver.parameters
+    p.num_workers = settings.threads
+    p.random_seed = settings.seed
+    p.max_deterministic_time = settings.time_limit
+    p.max_time_in_seconds = 30 * settings.time_limit + 60     # a backstop only (see colls.synth.milp)
+    if settings.gap > 0:
+        p.relative_gap_limit = settings.gap
+    status = solver.solve(m)
+    seconds = time.perf_counter() - t0
+    if status == _INFEASIBLE:
+        raise _infeasible_error(problem, settings)
+    if status not in (_OPTIMAL, _FEASIBLE):
+        raise CollsError(f"milp: the time limit of {settings.time_limit:g} s ran out before the solver "
+                         f"found any schedule; give a longer --time-limit")
+    sends = []
+    for (c, u, v), lit in sorted(x.items()):
+        if solver.boolean_value(lit):
+            s = solver.value(start[c, u, v])
+            sends.append((c, u, v, s, s + conns[u, v].alpha + conns[u, v].beta))
+    makespan = solver.value(T)
+    # CP-SAT also says OPTIMAL when it stopped at the relative gap limit: the bound tells which
+    bound = min(makespan, max(0, math.ceil((solver.best_objective_bound - tie_max) / weight)))
+    if bound >= makespan:
+        state = "optimal"
+    else:
+        state = "gap limit" if status == _OPTIMAL else "time limit"
+    return Solution(sends, makespan, bound, state, seconds, greedy_makespan, len(x), notes)
+
+
+def _orbits(problem: Problem, group: list) -> tuple[dict, dict]:
+    """Representative chunk -> [(g, image chunk)] (the identity first), and chunk -> (its
+    representative, the group element that maps the representative onto it)."""
+    maps = [chunk_map(problem, list(g)) for g in group]
+    orbits, origin = {}, {}
+    for c in range(len(problem.chunks)):
+        if c in origin:
+            continue
+        orbits[c] = []
+        for g, mp in zip(group, maps):
+            if mp[c] not in origin:
+                origin[mp[c]] = (c, g)
+                orbits[c].append((g, mp[c]))
+    return orbits, origin
+
+
+def _inverse(g) -> list:
+    inv = [0] * len(g)
+    for r, p in enumerate(g):
+        inv[p] = r
+    return inv
+
+
+def _shares_times(problem: Problem, group: list, cands: dict) -> bool:
+    """Whether symmetric transfers may share their times: no group element maps a candidate
+    connection onto one that shares a physical link with it (they would collide)."""
+    for g in group[1:]:
+        for edges in cands.values():
+            for (u, v) in edges:
+                if set(problem.conns[u, v].links) & set(problem.conns[g[u], g[v]].links):
+                    return False
+    return True
+
+
+def _own_first(m, problem: Problem, x: dict, start: dict) -> None:
+    """On every inter-node connection, a chunk of the sending GPU goes before relayed ones
+    (TACCL's enforce_ordering)."""
+    by_conn: dict = defaultdict(list)
+    for (c, u, v) in x:
+        if problem.conns[u, v].inter:
+            by_conn[u, v].append(c)
+    for (u, v), cs in sorted(by_conn.items()):
+        beta = problem.conns[u, v].beta
+        own = [c for c in cs if problem.chunks[c].src == u]
+        other = [c for c in cs if problem.chunks[c].src != u]
+        for o in own:
+            for r in other:
+                m.add(start[r, u, v] >= start[o, u, v] + beta).only_enforce_if([x[o, u, v], x[r, u, v]])
+
+
+def _tie_break(m, problem: Problem, x: dict, load: dict, horizon: int):
+    """The sketch's secondary objective (lexicographic after the makespan): uc-min / uc-max count the
+    distinct connections used inside switch lists; minmax / maxmin the busiest / least busy link.
+    Returns (weight of T, tie expression, its largest value)."""
+    terms, top = [], 0
+    if problem.switch_strategy and problem.switch_pairs:
+        used = {}
+        for (c, u, v), lit in x.items():
+            if (u, v) in problem.switch_pairs:
+                used.setdefault((u, v), []).append(lit)
+        sign = 1 if problem.switch_strategy == "uc-min" else -1
+        for (u, v), lits in sorted(used.items()):
+            y = m.new_bool_var(f"y{u}_{v}")
+            if sign > 0:
+                for lit in lits:
+                    m.add_implication(lit, y)
+            else:
+                m.add(y <= sum(lits))
+            terms.append(sign * y)
+        top += len(used)
+    if problem.link_strategy and load:
+        z = m.new_int_var(0, horizon, "linkload")
+        for link, items in sorted(load.items(), key=lambda kv: str(kv[0])):
+            expr = sum(b * lit for b, lit in items)
+            m.add(z >= expr) if problem.link_strategy == "minmax" else m.add(z <= expr)
+        terms.append(z if problem.link_strategy == "minmax" else -z)
+        top += horizon
+    return top + 1, sum(terms), top
+
+
+def _unreachable_error(problem: Problem, settings: Settings, chunk: Chunk, rank: int) -> CollsError:
+    if settings.relay and problem.unreachable(relay=False) is None:
+        return CollsError(f"milp: the sketch's senders_of rule leaves no way for the chunk of GPU "
+                          f"{chunk.src} to reach GPU {rank} (relay constraints: senders_of)")
+    return CollsError(f"milp: the sketch's relay connections (internode_conn) and the machine's links "
+                      f"leave no way from GPU {chunk.src} to GPU {rank}")
+
+
+def _infeasible_error(problem: Problem, settings: Settings) -> CollsError:
+    """Solve again with one constraint family off at a time and name the first that makes it solvable."""
+    families = [("ordering", "own_chunks_first (a sender's own chunks first)"),
+                ("symmetry", "symmetry (equal decisions for symmetric chunks)"),
+                ("relay", "senders_of (relay constraints)")]
+    for attr, words in families:
+        if getattr(settings, attr):
+            relaxed = Settings(**{**settings.__dict__, attr: False, "time_limit": max(settings.time_limit, 5)})
+            try:
+                solve(problem, relaxed)
+            except CollsError:
+                continue
+            return CollsError(f"milp: the model is infeasible because of the sketch's {words}; "
+                              f"it is solvable without them")
+    return CollsError("milp: the model is infeasible (no schedule meets the sketch's connections)")

@@ -1,0 +1,131 @@
+"""The sketch-guided CP-SAT method (colls.synth.milp): every collective verifies, TACCL's own sketches
+(microsoft/taccl examples, tests/data/taccl/) work, including the one-node ones TACCL crashes on, and the
+solver controls (determinism, time limit, gap, infeasible sketches) behave as documented."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from colls import pipeline
+from colls.collectives import Collective
+from colls.errors import CollsError
+from colls.hardware import load_topology
+from colls.sketch import derive_sketch, load_sketch
+from colls.synth import milp
+from colls.taccl import load_taccl_profile
+
+import topos
+
+DATA = Path(__file__).parent / "data" / "taccl"
+FAST = {"time_limit": 2.0}
+_load = functools.lru_cache(maxsize=None)(load_topology)
+
+
+def _compile(topo, kind, options=None, chunks=1):
+    coll = Collective(kind, topo.ngpus, chunks=chunks, root=0)
+    return pipeline.compile_schedule(topo, coll, "milp", options=dict(FAST, **(options or {})))
+
+
+@pytest.mark.parametrize("kind", ["allgather", "alltoall", "reducescatter", "allreduce", "broadcast", "reduce"])
+@pytest.mark.parametrize("make", [lambda: topos.switch_node(4), lambda: topos.rail_cluster(2, 4)],
+                         ids=["switch4", "rails2x4"])
+def test_collectives_verify(make, kind):
+    topo = make()
+    result = _compile(topo, kind)
+    assert result.report.ok
+    info = result.schedule.info
+    assert info["objective_us"] >= info["lower_bound_us"] > 0
+    assert 0 <= info["gap"] < 1
+    assert info["sketch"].startswith("nodes:")
+    assert info["chunk_bytes"] * result.schedule.collective.nchunksperloop <= info["message_bytes"]
+    topos.assert_routes_physical(topo, result.schedule)
+
+
+@pytest.mark.parametrize("sketch, profile, nodes", [("sk1-ndv2-n1.json", "ndv2", 1),
+                                                     ("sk-dgx2-n1.json", "dgx2", 1),
+                                                     ("sk1-ndv2-n2.json", "ndv2", 2)])
+def test_taccl_sketches_give_verified_allgather(sketch, profile, nodes):
+    topo = _load(profile, nodes)
+    sk = load_sketch(DATA / sketch, topo)
+    result = pipeline.compile_schedule(topo, Collective("allgather", topo.ngpus, chunks=sk.chunkup), "milp",
+                                       options=dict(FAST, sketch=sk))
+    assert result.report.ok
+    assert result.schedule.collective.chunks == sk.chunkup
+
+
+def test_taccl_profile_sets_the_chunk_size():
+    topo = load_taccl_profile(DATA / "topo-ndv2-1MB.json", None, 2)
+    sk = load_sketch(DATA / "sk1-ndv2-n2.json", topo)
+    result = pipeline.compile_schedule(topo, Collective("allgather", 16), "milp", options=dict(FAST, sketch=sk))
+    info = result.schedule.info
+    assert info["chunk_bytes"] == 1 << 20 and info["message_bytes"] == 16 << 20
+    # eight chunks leave each node through GPU 0's one connection at ~105 us each
+    assert info["objective_us"] > 8 * 100
+
+
+def test_relay_map_is_obeyed():
+    topo = _load("ndv2", 2)
+    sk = load_sketch(DATA / "sk1-ndv2-n2.json", topo)   # only local GPU 0 sends, to local GPU 1
+    schedule = milp.synthesize(topo, Collective("allgather", 16), sketch=sk, **FAST)
+    crossings = {(op.src % 8, op.dst % 8) for op in schedule.ops if op.src // 8 != op.dst // 8}
+    assert crossings == {(0, 1)}
+
+
+def test_deterministic():
+    topo = topos.rail_cluster(2, 4)
+    a = _compile(topo, "alltoall", {"time_limit": 0.5, "gap": 0})
+    b = _compile(topo, "alltoall", {"time_limit": 0.5, "gap": 0})
+    assert a.text == b.text
+
+
+def test_tiny_time_limit_gives_a_file_or_one_line():
+    topo = _load("ndv2", 2)
+    try:
+        result = _compile(topo, "alltoall", {"time_limit": 0.01, "gap": 0})
+    except CollsError as e:
+        assert "\n" not in str(e) and "time limit" in str(e)
+    else:
+        assert result.report.ok and "gap" in result.schedule.info
+
+
+def test_progress_one_line_per_stage():
+    lines = []
+    _compile(topos.switch_node(4), "allreduce", {"progress": lines.append})
+    assert len(lines) == 2 and all("incumbent" in line and "bound" in line for line in lines)
+
+
+def test_infeasible_sketch_names_the_constraint_family():
+    topo = topos.rail_cluster(2, 4)
+    sk = derive_sketch(topo)
+    # chunks of every GPU may leave only through local GPU 1, which is no relay sender
+    cut = replace(sk, relay=((0, (0,)),), senders_of=((1,),) * 4)
+    with pytest.raises(CollsError, match="senders_of"):
+        milp.synthesize(topo, Collective("allgather", 8), sketch=cut, **FAST)
+
+
+def test_bad_options_are_one_line_errors():
+    topo = topos.switch_node(4)
+    with pytest.raises(CollsError, match="--time-limit"):
+        milp.synthesize(topo, Collective("allgather", 4), time_limit=0)
+    with pytest.raises(CollsError, match="--gap"):
+        milp.synthesize(topo, Collective("allgather", 4), gap=2)
+
+
+def test_cli_options_belong_to_milp(tmp_path):
+    from click.testing import CliRunner
+
+    from colls.cli import cli
+    out = tmp_path / "x.xml"
+    runner = CliRunner()
+    res = runner.invoke(cli, ["synth", "--hardware", "ndv2", "--collective", "allgather", "--method", "ring",
+                              "--sketch", str(DATA / "sk1-ndv2-n1.json"), "-o", str(out)])
+    assert isinstance(res.exception, CollsError) and str(res.exception).startswith("--sketch: applies to")
+    res = runner.invoke(cli, ["synth", "--hardware", "ndv2", "--collective", "allgather", "--method", "milp",
+                              "--sketch", str(DATA / "sk1-ndv2-n1.json"), "--time-limit", "2", "--no-simulate",
+                              "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert out.exists()
