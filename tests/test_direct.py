@@ -100,11 +100,12 @@ def test_rank_count_must_match():
 
 # --- the registry ------------------------------------------------------------------------------------------
 def test_registry():
-    from colls.synth import trees
-    assert METHODS == {"ring": ring.synthesize, "direct": direct.synthesize, "trees": trees.synthesize}
+    from colls.synth import milp, trees
+    assert METHODS == {"ring": ring.synthesize, "direct": direct.synthesize, "trees": trees.synthesize,
+                       "milp": milp.synthesize}
     assert get_method("direct") is direct.synthesize and get_method("ring") is ring.synthesize
-    with pytest.raises(CollsError, match=r"unknown method 'milp' \(choose from direct, ring, trees\)"):
-        get_method("milp")
+    with pytest.raises(CollsError, match=r"unknown method 'taccl' \(choose from direct, milp, ring, trees\)"):
+        get_method("taccl")
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
