@@ -110,7 +110,7 @@ def write_markdown(data: dict, keys: list[str], args) -> None:
         groups.setdefault((profile, nodes), {}).setdefault(kind, {})[method] = data["cases"].get(key, {})
     for (profile, nodes), kinds in groups.items():
         lines += [f"## {profile} x{nodes}", "",
-                  "| collective | method | " + " | ".join(SHOWN) + " | % opt | seconds |",
+                  "| collective | method | " + " | ".join(SHOWN) + " | % opt | simulated in (s) |",
                   "|---|---|" + "---|" * (len(SHOWN) + 2)]
         for kind, methods in kinds.items():
             for method, res in methods.items():
