@@ -94,6 +94,23 @@ FILES = {
     "binary.yaml": b"\x00\xff\xfe\x00binary",
     "x.xml": "<algo/>\n",
     "ag2.xml": AG2,
+    # communication sketches for the tiny machine (2 GPUs, one node), each wrong in one key
+    'sk1.json': '{"nnodes": 2, "intranode_sketch": {"strategy": "none"}, "hyperparameters": {"input_chunkup": 1}}\n',
+    'sk2.json': '{"nnodes": 1, "intranode_sketch": {"strategy": "weird"}}\n',
+    'sk3.json': '{"nnodes": 1, "intranode_sketch": {"strategy": "switch", "switches": [[0, 5]]}}\n',
+    'sk4.json': '{"nnodes": 1, "intranode_sketch": {"strategy": "none"}, "hyperparameters": {"input_chunkup": 1}, "colour": 1}\n',
+    'sk5.json': '{"nnodes": 1, "intranode_sketch": {"strategy": "none"}, "hyperparameters": {"input_chunkup": 0}}\n',
+    'sk6.json': '{"nnodes": 1, "intranode_sketch": {"strategy": "none"}, "hyperparameters": {"input_chunkup": "x"}}\n',
+    'sk7.json': '{"nnodes": 1, "intranode_sketch": {"strategy": "none"}, "hyperparameters": {"input_chunkup": 1}, "symmetry_offsets": [[1, 3]]}\n',
+    'sk8.json': '{"nnodes": 1, \n',
+    'sk9.json': '\n',
+    'sk10.json': '{"nnodes": 1, "intranode_sketch": {"strategy": "none"}, "hyperparameters": {"input_chunkup": 1}, "internode_sketch": {"strategy": "relay", "internode_conn": "direct-map"}}\n',
+    'sk11.json': '{"nnodes": 1, "intranode_sketch": {"strategy": "switch", "switches": [[0, 1]], "switch_hyperedge_strategy": ["uc-mid"]}}\n',
+    'sk12.yaml': 'nodes: 3\n',
+    'sk13.yaml': 'nodes: 1\nchunkup: 100\n',
+    'sk14.yaml': 'nodes: 1\nintranode: {strategy: switch, switches: [[0, 7]]}\n',
+    'sk15.yaml': '[1, 2]\n',
+    'sk16.json': '{"nnodes": 1, "intranode_sketch": {"strategy": "none"}, "hyperparameters": {"input_chunkup": 1}, "symmetry_offsets": "x"}\n',
     "taccl.json": '{"name": "X_1MB", "gpus_per_node": 8, "nics_per_node": 1, "alpha": 0.3}\n',  # no betas
     "binary.xml": b"\x89PNG\r\n\x1a\n\x00\xff",
 }
@@ -133,6 +150,7 @@ def expand(args, inputs):
 
 SYNTH = ["synth", "--hardware", "@tiny.yaml", "--collective", "allgather", "-o", "x.xml"]
 SIM = ["simulate", "@ag2.xml", "--hardware", "@tiny.yaml"]
+MILP = SYNTH[:-2] + ["--method", "milp", "--no-simulate", "-o", "x.xml"]
 BIG = str(10**30)
 
 CASES = [
@@ -247,6 +265,23 @@ CASES = [
     (SIM[:-1] + ["@eff-high.yaml"], "efficiency"),
     (SIM[:-1] + ["@eff-zero.yaml"], "efficiency"),
     (SIM[:-1] + ["@eff-text.yaml"], "efficiency"),
+    # sketches (colls synth --method milp --sketch)
+    (MILP + ["--sketch", "@sk1.json"], 'nnodes'),
+    (MILP + ["--sketch", "@sk2.json"], 'intranode_sketch.strategy'),
+    (MILP + ["--sketch", "@sk3.json"], 'intranode_sketch.switches[0][1]'),
+    (MILP + ["--sketch", "@sk4.json"], 'colour'),
+    (MILP + ["--sketch", "@sk5.json"], 'hyperparameters.input_chunkup'),
+    (MILP + ["--sketch", "@sk6.json"], 'hyperparameters.input_chunkup'),
+    (MILP + ["--sketch", "@sk7.json"], 'symmetry_offsets[0][1]'),
+    (MILP + ["--sketch", "@sk8.json"], 'sk8.json'),
+    (MILP + ["--sketch", "@sk9.json"], 'sk9.json'),
+    (MILP + ["--sketch", "@sk10.json"], 'internode_sketch'),
+    (MILP + ["--sketch", "@sk11.json"], 'switch_hyperedge_strategy[0]'),
+    (MILP + ["--sketch", "@sk12.yaml"], 'nodes'),
+    (MILP + ["--sketch", "@sk13.yaml"], 'chunkup'),
+    (MILP + ["--sketch", "@sk14.yaml"], 'intranode.switches[0][1]'),
+    (MILP + ["--sketch", "@sk15.yaml"], 'sk15.yaml'),
+    (MILP + ["--sketch", "@sk16.json"], 'symmetry_offsets'),
     # TACCL profiles
     (SYNTH + ["--taccl-shape", "NDv2"], "--taccl-shape"),             # a YAML profile is not TACCL's
     (SYNTH + ["--taccl-chunk", "1MB"], "--taccl-chunk"),
