@@ -100,7 +100,7 @@ def write_markdown(data: dict, keys: list[str], args) -> None:
              "busbw in GB/s (nccl-tests' convention) of out-of-place calls, as `colls simulate` models them; "
              "`n/a`: the file is not used for that size (the runtime runs its own algorithm: the per-rank "
              "count is not a multiple of nchunksperloop); `refused`: the method wrote no file (its message "
-             f"is in `bench/simulated.json`). `nccl-ring` is NCCL's own ring at its best protocol and channel "
+             "is in `bench/simulated.json`). `nccl-ring` is NCCL's own ring at its best protocol and channel "
              "count per size, on the same model. `% opt` is the 4GB call's share of the optimum "
              "(`colls bound`). Plots (algbw against size, one line per method, the optimum dashed) are in "
              "`bench/plots/`.", ""]
