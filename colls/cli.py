@@ -413,6 +413,36 @@ def simulate_cmd(paths, hardware, nodes, sizes, inplace, target, baseline, colle
         click.echo(out.text)
 
 
+@cli.command(name="explain")
+@click.argument("paths", metavar="DIR|FILE...", nargs=-1, required=True)
+@click.option("--ranks", type=Whole(1, 1_000_000), required=True, help="The communicator's size.")
+@click.option("--bytes", "size", required=True, metavar="SIZE",
+              help="The call's size as nccl-tests prints it (one rank's whole buffer): 1000, 64KB, 1GB; 1KB = 1024.")
+@click.option("--dtype", default="float", show_default=True,
+              help="int8 uint8 half float16 bfloat16 int32 uint32 float float32 int64 uint64 double float64.")
+@click.option("--inplace", is_flag=True, help="An in-place call (default: out-of-place).")
+@click.option("--target", type=Choice(sorted(TARGETS)), default="exe", show_default=True)
+@click.option("--collective", type=Choice(KINDS), default=None,
+              help="The call's collective (default: the one every file names).")
+@click.option("--channels", type=Whole(1, 64), default=None,
+              help="The communicator's channel count (NCCL_MAX_NCHANNELS; default 32).")
+@click.option("--json", "as_json", is_flag=True, help="The same facts as JSON.")
+def explain_cmd(paths, ranks, size, dtype, inplace, target, collective, channels, as_json):
+    """Which file of a folder (or of FILEs, in order) the runtime runs for one call, and why not the others.
+
+    Exit 0 whether or not a file matches; 2 for bad input.
+    """
+    from colls import explain
+    result = explain.explain(list(paths), ranks=ranks, size=size, collective=collective, dtype=dtype,
+                             inplace=inplace, target=target, channels=channels)
+    for line in result.warnings:
+        click.echo(f"colls: warning: {printable(' '.join(line.split()), 600)}", err=True)
+    if as_json:
+        _echo_json(result.to_dict())
+    else:
+        click.echo(result.format())
+
+
 def _check_root(root: int, topo) -> None:
     if root >= topo.ngpus:
         raise CollsError(f"{root} is not a rank of {topo.name} (ranks 0..{topo.ngpus - 1})", key="--root")
