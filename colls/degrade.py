@@ -159,8 +159,14 @@ class _Work:
             if data.get("kind") == NIC and data.get("nic") is not None:
                 nics.setdefault(data.get("node"), {}).setdefault(data["nic"], []).append(v)
         if not nics:
-            why = ("with one node there is no network, so no NIC in the model" if topo.nodes == 1
-                   else "its NICs are not numbered by a node profile; remove their links with link:A-B")
+            named = sorted((v for v, k in topo.graph.nodes(data="kind") if k == NIC), key=vertex_key)
+            if named:
+                why = (f"its NICs ({', '.join(map(str, named[:4]))}{', ...' if len(named) > 4 else ''}) are not "
+                       f"numbered by a node profile; name their links with link:A-B")
+            elif topo.nodes == 1 and topo.meta.get("network") is not None:
+                why = "with one node there is no network, so no NIC in the model"
+            else:
+                why = "it has none"
             raise _fail(text, f"{topo.name} has no NIC to remove ({why})")
         if node not in nics:
             raise _fail(text, f"node {node} is not a node of {topo.name} (nodes {_span(sorted(nics))})")
