@@ -95,7 +95,25 @@ def _hardware_options(f):
     return f
 
 
+def without_option(f):
+    """``--without ITEM[,ITEM...]`` (repeatable): parts of the machine that have failed, removed by
+    :func:`_load` (colls.degrade). One line gives any command that loads a machine the option."""
+    return click.option("--without", "without", multiple=True, expose_value=False, callback=_keep("without"),
+                        metavar="ITEMS", help="Failed parts to leave out, comma-separated or repeated: "
+                        "nic:NODE:INDEX, link:A-B[:K|:all] (A, B a GPU rank or a vertex such as n0.nvswitch; "
+                        "K links, default 1). gpu:RANK is refused (a different job).")(f)
+
+
 def _load(hardware: str, nodes: int, option: str = "--hardware", precheck=None):
+    """The topology, without the parts ``--without`` names (where the command has that option)."""
+    topo = _load_machine(hardware, nodes, option, precheck)
+    if _state.get("without"):
+        from colls.degrade import degrade
+        topo = degrade(topo, _state["without"])
+    return topo
+
+
+def _load_machine(hardware: str, nodes: int, option: str, precheck):
     """The topology; an error that names no file (an unknown name, an empty one) names ``option``."""
     from colls import hardware as hw
     if nodes < 1:
@@ -143,6 +161,7 @@ def cli(debug):
     Every file it writes is verified first: the runtime's format and limits, FIFO matching, freedom
     from deadlocks and races, and, by symbolic execution, that it computes the collective.
     """
+    _state.clear()  # the options kept for _load are this invocation's only
     _state["debug"] = debug
 
 
@@ -181,6 +200,7 @@ def hardware_show(name, nodes, as_json):
 
 @cli.command()
 @_hardware_options
+@without_option
 @click.option("--collective", required=True, type=Choice(KINDS), help="The collective.")
 @click.option("--method", default="ring", show_default=True, metavar="NAME",
               help="Synthesis method: ring, direct, trees, milp.")
@@ -276,6 +296,7 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
                                        mode=mode, options=options,
                                        progress=(lambda line: click.echo(f"colls: {line}", err=True))
                                        if sys.stderr.isatty() else None)
+    result.facts["without"] = list(topo.meta.get("without", []))
     if simulate:
         from colls.simulate import summary
         summary.add_to(result, curve=as_json)
@@ -322,6 +343,7 @@ def verify_cmd(path, target, hardware, nodes, sms, buffsize, as_json):
 
 @cli.command(name="bound")
 @_hardware_options
+@without_option
 @click.option("--collective", required=True, type=Choice(KINDS))
 @click.option("--size", type=Whole(1, INT64_MAX), default=None,
               help="Message size in bytes: also print the time.")
@@ -336,13 +358,15 @@ def bound_cmd(hardware, nodes, collective, size, root, trees, as_json):
         raise CollsError(f"must be > 0, got {size}", key="--size")
     _check_root(root, topo)
     b = bound.bound(topo, collective, root=root)
-    data = b.to_dict(size)
+    data = dict(b.to_dict(size), without=list(topo.meta.get("without", [])))
     if trees:
         from colls.synth import trees as trees_mod
         data["trees"] = trees_mod.unconstrained_report(topo, collective, root=root)
     if as_json:
         _echo_json(data)
     else:
+        if data["without"]:
+            click.echo(f"machine: {topo.name}")
         click.echo(b.format(size))
         if trees:
             click.echo(data["trees"]["text"])
