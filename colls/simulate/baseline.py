@@ -34,6 +34,55 @@ def algorithm_of(name: str) -> str:
     return name.split("-", 1)[1]
 
 
+class Fastest:
+    """The fastest of several programs of one collective at each call size: each program at every
+    protocol (``protocols``), each with ``extra`` facts saying which it is.
+
+    Configurations are simulated in the order of a lower bound on their time (launch, plus the larger
+    of the busiest link's and the busiest threadblock's bytes at full speed), and the search stops when
+    the next bound is no better than the best time found: the result is the true best of the model.
+    ``native``: programs of the runtime's own algorithms (no file selection rules); otherwise a program
+    only competes at the sizes the runtime would run it for.
+    """
+
+    def __init__(self, topology, kind: str, entries, *, native: bool = False, target: str = "exe",
+                 protocols=PROTOCOL_ORDER):
+        self.topology, self.kind, self.native, self.target = topology, kind, native, target
+        self.protocols = tuple(protocols)
+        self.entries = []                       # (extra, Simple program, Machine, loads)
+        for extra, program, machine in entries:
+            machine = machine or Machine(program, topology, kind)
+            self.entries.append((dict(extra), program, machine, _loads(machine)))
+
+    def time(self, size: int, bound=None) -> Timing | None:
+        """The fastest configuration at ``size`` (``extra`` says which, with ``protocol``), or None when
+        no program serves the size."""
+        candidates = []
+        for index, (extra, program, machine, (link_us, tb_us)) in enumerate(self.entries):
+            chunk = size / (program.nchunksperloop or 1)
+            for order, proto in enumerate(self.protocols):
+                model = for_protocol(proto)
+                lb = model.launch_us + max(link_us, tb_us) * chunk / model.data_fraction
+                candidates.append((lb, index, order, proto, model))
+        candidates.sort(key=lambda c: c[:3])
+        best = None
+        for lb, index, _, proto, model in candidates:
+            if best is not None and lb >= best[0].time_us:
+                break
+            extra, program, machine, _ = self.entries[index]
+            prog = program if proto == program.proto else replace(program, proto=proto)
+            timing, _ = simulate(prog, self.topology, self.kind, size, bound=bound, machine=machine, model=model,
+                                 native=self.native, target=self.target)
+            if not timing.served:
+                continue
+            if best is None or timing.time_us < best[0].time_us * (1 - 1e-6):
+                best = (timing, dict(extra, protocol=proto))
+        if best is None:
+            return None
+        timing, timing.extra = best
+        return timing
+
+
 class Baseline:
     """NCCL's ``algorithm`` for one collective on one machine, laid out once per channel count."""
 
@@ -43,8 +92,7 @@ class Baseline:
         tgt = get_target(target)
         sms = topology.min_sms()
         top = min(MAX_BASELINE_CHANNELS, tgt.max_channels)
-        self.configs = []                       # (channels, Simple program, Machine)
-        self._loads = {}                        # channels -> (us per chunk byte: busiest link, busiest tb)
+        entries = []
         coll = Collective(kind, topology.ngpus, root=root)
         channels = 1
         last_error = None
@@ -57,44 +105,19 @@ class Baseline:
                 break
             if program.max_tbs() > sms:
                 break
-            machine = Machine(program, topology, kind)
-            self.configs.append((channels, program, machine))
-            self._loads[channels] = _loads(machine)
+            entries.append(({"channels": channels}, program, None))
             channels *= 2
-        if not self.configs:
+        if not entries:
             raise CollsError(f"NCCL's {algorithm} cannot be modelled here: {last_error}", key="--baseline")
+        self.fastest = Fastest(topology, kind, entries, native=True, target=target)
 
     @property
     def label(self) -> str:
         return f"NCCL {self.algorithm} (best protocol and channels)"
 
     def time(self, size: int, bound=None) -> Timing:
-        """The fastest configuration at ``size``; ``extra`` says which.
-
-        Configurations are simulated in the order of a lower bound on their time (launch, plus the larger
-        of the busiest link's and the busiest threadblock's bytes at full speed), and the search stops
-        when the next bound is no better than the best time found: the result is the true best.
-        """
-        candidates = []
-        for channels, program, machine in self.configs:
-            chunk = size / (program.nchunksperloop or 1)
-            link_us, tb_us = self._loads[channels]
-            for order, proto in enumerate(PROTOCOL_ORDER):
-                model = for_protocol(proto)
-                lb = model.launch_us + max(link_us, tb_us) * chunk / model.data_fraction
-                candidates.append((lb, channels, order, proto, program, machine, model))
-        candidates.sort(key=lambda c: c[:3])
-        best = None
-        for lb, channels, _, proto, program, machine, model in candidates:
-            if best is not None and lb >= best[0].time_us:
-                break
-            prog = program if proto == "Simple" else replace(program, proto=proto)
-            timing, _ = simulate(prog, self.topology, self.kind, size, bound=bound, machine=machine, model=model,
-                                 native=True)
-            if best is None or timing.time_us < best[0].time_us * (1 - 1e-6):
-                best = (timing, proto, channels)
-        timing, proto, channels = best
-        timing.extra = {"protocol": proto, "channels": channels}
+        """The fastest protocol and channel count at ``size``; ``extra`` says which."""
+        timing = self.fastest.time(size, bound)
         timing.label = self.label
         return timing
 

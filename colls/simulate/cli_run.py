@@ -105,7 +105,8 @@ def _timeline(e: _Entry, topo, size, inplace, target, b, path):
     if e.baseline is not None:
         best = e.baseline.time(size, b)
         channels, proto = best.extra["channels"], best.extra["protocol"]
-        program, machine = next((p, m) for c, p, m in e.baseline.configs if c == channels)
+        program, machine = next((p, m) for extra, p, m, _ in e.baseline.fastest.entries
+                                if extra["channels"] == channels)
         timing, res = simulate(replace(program, proto=proto), topo, e.kind, size, bound=b, machine=machine,
                                model=for_protocol(proto), native=True, timeline=True)
     else:
