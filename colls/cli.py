@@ -310,6 +310,83 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
 NCCL_STEPS_BYTES = 8          # a buffer holds NCCL_STEPS slots of at least a byte each
 
 
+@cli.command(name="compile")
+@_hardware_options
+@without_option
+@click.option("--collective", required=True, type=Choice(list(KINDS) + ["all"]),
+              help="The collective, or all (allreduce, allgather, reducescatter, alltoall; with --root also "
+                   "broadcast and reduce).")
+@click.option("-o", "--output", required=True, metavar="DIR",
+              help="The folder to write: new, empty, or one colls compile wrote before (replaced whole).")
+@click.option("--target", type=Choice(sorted(TARGETS)), default="exe", show_default=True,
+              help="Runtime: exe (MSCCL executor for NCCL), rccl, old (microsoft/msccl).")
+@click.option("--root", type=Whole(0, MAX_NODES * MAX_COPIES), default=None,
+              help="Root rank of broadcast/reduce (a file serves one root only).")
+@click.option("--methods", default=",".join(("ring", "direct", "trees", "milp")), show_default=True,
+              metavar="LIST", help="The methods to try, comma-separated.")
+@click.option("--sizes", default="1KB:4GB", show_default=True,
+              help="The call sizes to simulate and choose at (as colls simulate --sizes).")
+@click.option("--sketch", "sketch_path", default=None, metavar="FILE",
+              help="milp: a communication sketch (default: derived from the machine).")
+@click.option("--time-limit", type=float, default=None, metavar="SECONDS",
+              help="milp: solver time per stage, CP-SAT deterministic seconds (default 10).")
+@click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
+@click.option("--json", "as_json", is_flag=True, help="Print the ranges as JSON.")
+def compile_cmd(hardware, nodes, collective, output, target, root, methods, sizes, sketch_path, time_limit, quiet,
+                as_json):
+    """Choose the fastest file for every range of call sizes and write a folder the runtime loads.
+
+    Every method is synthesized, proved and simulated from the smallest to the largest size beside
+    NCCL's own algorithm; each range goes to its fastest file, or stays with NCCL where NCCL is as fast.
+    See the README's "Deploying" section.
+    """
+    from colls import compile as comp
+    from colls.simulate import parse_sizes
+    names = [m.strip() for m in methods.split(",") if m.strip()]
+    bad = [m for m in names if m not in comp.METHODS]
+    if not names or bad or len(set(names)) != len(names):
+        raise CollsError(f"expected a comma list of distinct {', '.join(comp.METHODS)}, got {excerpt(methods)}",
+                         key="--methods")
+    if (sketch_path is not None or time_limit is not None) and "milp" not in names:
+        raise CollsError("applies to method milp, which --methods leaves out",
+                         key="--sketch" if sketch_path is not None else "--time-limit")
+    size_list = parse_sizes(sizes, "--sizes")
+    if collective == "all":
+        kinds = list(comp.ALL) + (["broadcast", "reduce"] if root is not None else [])
+    else:
+        kinds = [collective]
+    rooted = [k for k in kinds if k in ("broadcast", "reduce")]
+    if rooted and root is None:
+        raise CollsError(f"a {rooted[0]} file computes the right result for one root only: give the root your "
+                         f"calls use", key="--root")
+    if root is not None and not rooted:
+        raise CollsError(f"applies to broadcast and reduce only, not {collective}", key="--root")
+    comp.check_out(output)
+    topo = _load(hardware, nodes)
+    if root is not None:
+        _check_root(root, topo)
+    milp_options = {}
+    if time_limit is not None:
+        milp_options["time_limit"] = time_limit
+    sketch = None
+    if sketch_path is not None:
+        from colls.sketch import load_sketch
+        sketch = load_sketch(sketch_path, topo, nodes)
+    say = (lambda line: None) if quiet else (lambda line: click.echo(f"colls: {line}", err=True))
+    plans = comp.plan(topo, kinds, target=target, root=root, sizes=size_list, methods=names, sketch=sketch,
+                      milp_options=milp_options, progress=say)
+    say("proving the chosen files")
+    comp.lower_files(plans, target)
+    written = comp.write(plans, output, topo, target)
+    if as_json:
+        _echo_json(comp.to_json(plans, output, written, target))
+        return
+    click.echo(f"wrote {output}: {len(written)} file(s) in {output}/{comp.ALGORITHMS}, README.md, env.sh "
+               f"(modelled on {topo.name}, {topo.ngpus} GPUs, target {target})")
+    for line in comp.summary_lines(plans, target):
+        click.echo(f"  {line}")
+
+
 @cli.command(name="verify")
 @click.argument("path", metavar="FILE")
 @click.option("--target", type=Choice(sorted(TARGETS)), default="exe", show_default=True)

@@ -51,6 +51,8 @@ class Compiled:
     target: Target
     mode: str
     facts: dict = field(default_factory=dict)
+    base: Schedule | None = None       # the schedule before --instances copies (see :func:`relower`)
+    method: str = ""
 
     def summary(self) -> str:
         f = self.facts
@@ -283,7 +285,39 @@ def _compile_once(topology: Topology, collective: Collective, method: str, tgt: 
         seen.update(schedule.info)
     progress(f"checking the schedule ({len(schedule.ops)} transfers)")
     schedule.check()
-    schedule = schedule.replicate(instances)
+    return _lower(topology, schedule, method, tgt, instances=instances, proto=proto, min_bytes=min_bytes,
+                  max_bytes=max_bytes, mode=mode, progress=progress)
+
+
+def relower(compiled: Compiled, *, instances: int | None = None, proto: str | None = None,
+            min_bytes: int | None = None, max_bytes: int | None = None, mode: str | None = None) -> Compiled:
+    """The same synthesized schedule lowered again with other settings (copies, protocol, size range,
+    aliasing), emitted and proved like the first time; raises CollsError (LimitError) when the target
+    cannot load the result."""
+    f = compiled.facts
+    instances = f["instances"] if instances is None else instances
+    proto = f["proto"] if proto is None else proto
+    min_bytes = f["min_bytes"] if min_bytes is None else min_bytes
+    max_bytes = f["max_bytes"] if max_bytes is None else max_bytes
+    mode = compiled.mode if mode is None else mode
+    tgt = compiled.target
+    _check_options(compiled.topology, compiled.base.collective, tgt, instances, proto, min_bytes, max_bytes,
+                   mode)
+    if tgt.name == "old" and max_bytes == 0:
+        max_bytes = OLD_NO_LIMIT
+    with msccl.paused_gc():
+        result = _lower(compiled.topology, compiled.base, compiled.method, tgt, instances=instances, proto=proto,
+                        min_bytes=min_bytes, max_bytes=max_bytes, mode=mode, progress=_Progress(None))
+    for key in ("trees_per_gpu_tried", "limited_by", "rings_tried"):
+        if key in f:
+            result.facts[key] = f[key]
+    return result
+
+
+def _lower(topology: Topology, base: Schedule, method: str, tgt: Target, *, instances: int, proto: str,
+           min_bytes: int, max_bytes: int, mode: str, progress: _Progress) -> Compiled:
+    collective = base.collective
+    schedule = base.replicate(instances)
     progress("lowering to the MSCCL IR")
     opts = lowering.LowerOptions(
         proto=proto, min_bytes=min_bytes, max_bytes=max_bytes,
@@ -303,7 +337,7 @@ def _compile_once(topology: Topology, collective: Collective, method: str, tgt: 
         raise CollsError(f"{method} {collective.kind} on {topology.name}: the generated program does "
                          f"not verify for {tgt.name}: {first}{hint}")
     facts = _facts(topology, schedule, program, tgt, method, mode)
-    return Compiled(topology, schedule, program, text, report, tgt, mode, facts)
+    return Compiled(topology, schedule, program, text, report, tgt, mode, facts, base=base, method=method)
 
 
 def _root_tag(collective: Collective) -> str:

@@ -1,0 +1,424 @@
+"""``colls compile``: the fastest file for every range of call sizes, in a folder a runtime loads as is.
+
+For each collective asked for, every method (:data:`METHODS`: ring, direct, trees, milp) synthesizes a
+schedule once; each is lowered again with 1, 2, 4 and 8 independent copies (``--instances``) while the
+target loads the result, and every copy count runs at each protocol (LL, LL128, Simple). The simulator
+(:mod:`colls.simulate`) times the fastest of those per method at every call size (the search skips a
+configuration only when a proven lower bound shows it cannot win, :class:`colls.simulate.baseline.
+Fastest`), and times NCCL's own ring (and, for allreduce, its tree) at its best protocol and channel
+count. At each size the winner is the fastest file, unless the runtime's own algorithm is within
+:data:`MARGIN` of it: then no file claims the size and the runtime keeps it ("NCCL's own").
+
+Consecutive sizes with the same winner form one range; a range's file is lowered once more with its
+``minBytes``/``maxBytes`` and proved before anything is written. Range edges fall on the simulated
+sizes: a range whose last simulated size is S ends at S bytes and the next starts at S + 1 (the first
+starts at 0, the last has no upper limit); ``old`` selects ``[minBytes, maxBytes)``, so its ends are
+S + 1. A call whose element count does not divide a file's ``nchunksperloop`` falls back to the
+runtime's algorithm inside the range (``colls explain`` says so for any call).
+
+The folder (:func:`write`): ``algorithms/`` holds the XML files and nothing else (the runtimes try to
+load every file of their algorithm folder, and a file that fails stops the ones after it), named so that
+sorted order is range order; ``README.md`` lists the ranges with the modelled busbw, the share of the
+optimum and NCCL's modelled busbw, and ``<collective>.png`` plots the chosen curve against each
+method's and NCCL's; ``env.sh`` sets what the target needs. Everything is written into a new folder
+beside ``DIR`` and swapped in at the end, so a run that fails leaves ``DIR`` as it was; identical inputs
+give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import Callable
+
+from colls import bound as bounds
+from colls import pipeline
+from colls.collectives import Collective
+from colls.errors import CollsError
+from colls.files import check_output, write_atomic
+from colls.simulate import Timing, parse_sizes, size_text
+from colls.simulate.baseline import Baseline, Fastest
+
+METHODS = ("ring", "direct", "trees", "milp")
+COPIES = (1, 2, 4, 8)
+MARGIN = 0.02               # a file must beat the runtime's own algorithm by 2% to claim a size
+DEFAULT_SIZES = "1KB:4GB"
+ALL = ("allreduce", "allgather", "reducescatter", "alltoall")   # --collective all (+ rooted with --root)
+OLD_MAX_FILES = 4           # MSCCL_XML_FILES holds at most 4 files in the older runtime
+MARKER = "<!-- written by colls compile -->"
+ALGORITHMS = "algorithms"
+
+
+@dataclass
+class Method:
+    """One method's variants for one collective (or why it made none)."""
+
+    name: str
+    variants: list = field(default_factory=list)     # Compiled, Simple, one per copy count
+    refused: str | None = None
+    fastest: Fastest | None = None
+    timings: list = field(default_factory=list)      # Timing or None per size
+
+
+@dataclass
+class Range:
+    """Consecutive simulated sizes with one winner."""
+
+    first: int                   # index of the first simulated size
+    last: int                    # index of the last
+    winner: tuple | None         # (method, instances, protocol) or None: the runtime's own algorithm
+    min_bytes: int = 0
+    max_bytes: int = 0           # 0: no limit (exe, rccl)
+    file: str | None = None
+    compiled: object = None
+    note: str | None = None
+
+
+@dataclass
+class Plan:
+    """What compile decided for one collective."""
+
+    kind: str
+    root: int | None
+    sizes: list
+    methods: list
+    nccl: list                   # Timing per size (the faster of NCCL's ring and tree)
+    bound: object
+    ranges: list
+
+    def best_timing(self, i: int) -> Timing:
+        """The timing the chosen configuration gives at size index ``i``."""
+        for r in self.ranges:
+            if r.first <= i <= r.last:
+                if r.winner is None:
+                    return self.nccl[i]
+                return next(m for m in self.methods if m.name == r.winner[0]).timings[i]
+        raise IndexError(i)
+
+
+def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes=None, methods=METHODS,
+         sketch=None, milp_options: dict | None = None,
+         progress: Callable[[str], None] = lambda line: None) -> list[Plan]:
+    """Synthesize, simulate and choose, for each collective in ``kinds`` (nothing is written)."""
+    sizes = sorted(set(sizes or parse_sizes(DEFAULT_SIZES)))
+    plans = []
+    for kind in kinds:
+        rooted = kind in ("broadcast", "reduce")
+        coll = Collective(kind, topology.ngpus, root=(root or 0) if rooted else 0)
+        try:
+            bound = bounds.bound(topology, kind, root=coll.root)
+        except CollsError:
+            bound = None
+        found = []
+        for name in methods:
+            progress(f"{kind}: synthesizing with {name}")
+            options = dict(milp_options or {}, **({"sketch": sketch} if sketch is not None else {})) \
+                if name == "milp" else {}
+            found.append(_variants(topology, coll, name, target, options))
+        progress(f"{kind}: simulating {len(sizes)} sizes from {size_text(sizes[0])} to {size_text(sizes[-1])}")
+        nccl = _nccl(topology, kind, coll.root, target, sizes, bound)
+        for m in found:
+            if m.variants:
+                m.fastest = Fastest(topology, kind, [({"instances": c.facts["instances"], "index": i}, c.program,
+                                                      None) for i, c in enumerate(m.variants)], target=target)
+                m.timings = []
+                for s in sizes:
+                    m.timings.append(m.fastest.time(s, bound))
+                progress(f"{kind}: {m.name} timed")
+        plans.append(Plan(kind, coll.root if rooted else None, sizes, found, nccl, bound,
+                          _ranges(found, nccl, sizes, target)))
+    if target == "old":
+        _keep_old_files(plans)
+    return plans
+
+
+def _variants(topology, coll, name, target, options) -> Method:
+    """The method's schedule at 1, 2, 4 and 8 copies, as far as the target loads them."""
+    m = Method(name)
+    first = None
+    for mode in ("both", "outofplace"):
+        try:
+            first = pipeline.compile_schedule(topology, coll, name, target=target, mode=mode, options=options)
+            break
+        except CollsError as e:
+            m.refused = str(e)
+            if "in-place" not in str(e):
+                return m
+    if first is None:
+        return m
+    m.refused = None
+    m.variants.append(first)
+    for copies in COPIES[1:]:
+        try:
+            m.variants.append(pipeline.relower(first, instances=copies))
+        except CollsError:
+            break
+    return m
+
+
+def _nccl(topology, kind, root, target, sizes, bound) -> list[Timing]:
+    """NCCL's own algorithm at each size: the faster of its ring and (allreduce) tree."""
+    algorithms = ["ring"] + (["tree"] if kind == "allreduce" else [])
+    lines = [Baseline(topology, kind, a, root=root, target=target) for a in algorithms]
+    out = []
+    for s in sizes:
+        timings = [(b.time(s, bound), b.algorithm) for b in lines]
+        best, algorithm = min(timings, key=lambda t: t[0].time_us)
+        best.extra = dict(best.extra, algorithm=algorithm)
+        out.append(best)
+    return out
+
+
+def _ranges(methods, nccl, sizes, target) -> list[Range]:
+    winners = []
+    for i in range(len(sizes)):
+        best = None
+        for m in methods:
+            t = m.timings[i] if m.timings else None
+            if t is not None and (best is None or t.time_us < best[1].time_us * (1 - 1e-9)):
+                best = (m, t)
+        if best is None or best[1].time_us > nccl[i].time_us * (1 - MARGIN):
+            winners.append(None)
+        else:
+            m, t = best
+            winners.append((m.name, t.extra["instances"], t.extra["protocol"]))
+    ranges = []
+    for i, w in enumerate(winners):
+        if ranges and ranges[-1].winner == w:
+            ranges[-1].last = i
+        else:
+            ranges.append(Range(i, i, w))
+    for k, r in enumerate(ranges):
+        r.min_bytes = 0 if k == 0 else sizes[r.first - 1] + 1
+        last = k == len(ranges) - 1
+        r.max_bytes = 0 if last else sizes[r.last] + (1 if target == "old" else 0)
+    return ranges
+
+
+def _keep_old_files(plans) -> None:
+    """The older runtime loads at most 4 files: keep the ranges that save the most time over NCCL."""
+    ranked = []
+    for p in plans:
+        for r in p.ranges:
+            if r.winner is not None:
+                saved = sum(p.nccl[i].time_us - p.best_timing(i).time_us for i in range(r.first, r.last + 1))
+                ranked.append((-saved, p.kind, r.first, r))
+    ranked.sort(key=lambda x: x[:3])
+    for _, _, _, r in ranked[OLD_MAX_FILES:]:
+        r.note = (f"left to the runtime: the older runtime loads at most {OLD_MAX_FILES} files "
+                  "(MSCCL_XML_FILES), and other ranges save more time")
+        r.winner = None
+
+
+def lower_files(plans, target: str) -> None:
+    """Lower and prove each range's file (with its byte range and protocol); name it."""
+    for p in plans:
+        count = 0
+        for r in p.ranges:
+            if r.winner is None:
+                continue
+            name, copies, proto = r.winner
+            m = next(m for m in p.methods if m.name == name)
+            base = next(c for c in m.variants if c.facts["instances"] == copies)
+            r.compiled = pipeline.relower(base, proto=proto, min_bytes=r.min_bytes, max_bytes=r.max_bytes)
+            count += 1
+            root = f"-root{p.root}" if p.root is not None else ""
+            r.file = f"{p.kind}{root}-{count:02d}-{name}-{proto}-x{copies}.xml"
+
+
+def write(plans, directory: str, topology, target: str) -> list[str]:
+    """Write the folder (module docstring): into a new sibling first, then swapped in. Returns the paths
+    of the XML files, relative to ``directory``."""
+    directory = os.path.normpath(directory)
+    _check_directory(directory)
+    parent = os.path.dirname(os.path.abspath(directory))
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.", suffix=".tmp", dir=parent)
+    try:
+        os.mkdir(os.path.join(tmp, ALGORITHMS))
+        written = []
+        for p in plans:
+            for r in p.ranges:
+                if r.file:
+                    rel = os.path.join(ALGORITHMS, r.file)
+                    write_atomic(os.path.join(tmp, rel), r.compiled.text, option="-o")
+                    written.append(rel)
+            _plot(p, topology, os.path.join(tmp, f"{_label(p)}.png"))
+        write_atomic(os.path.join(tmp, "README.md"), readme(plans, topology, target), option="-o")
+        write_atomic(os.path.join(tmp, "env.sh"), env_sh(plans, target), option="-o")
+        os.chmod(os.path.join(tmp, "env.sh"), 0o644)
+        _swap(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return written
+
+
+def _label(p: Plan) -> str:
+    return p.kind + (f"-root{p.root}" if p.root is not None else "")
+
+
+def _check_directory(directory: str) -> None:
+    """``DIR`` must be new, empty, or a folder this command wrote before (its README says so)."""
+    if not os.path.lexists(directory):
+        parent = os.path.dirname(os.path.abspath(directory))
+        if not os.path.isdir(parent):
+            raise CollsError(f"{directory}: its parent folder does not exist", key="-o")
+        return
+    if os.path.islink(directory) or not os.path.isdir(directory):
+        raise CollsError(f"{directory} exists and is not a folder; give a new folder name", key="-o")
+    entries = os.listdir(directory)
+    if not entries:
+        return
+    try:
+        with open(os.path.join(directory, "README.md"), encoding="utf-8", errors="replace") as fh:
+            ours = fh.readline().strip() == MARKER
+    except OSError:
+        ours = False
+    if not ours:
+        raise CollsError(f"{directory} is a folder colls compile did not write (it holds other files); give a "
+                         f"new folder name, or an empty one", key="-o")
+
+
+def _swap(tmp: str, directory: str) -> None:
+    if not os.path.lexists(directory):
+        os.rename(tmp, directory)
+        return
+    old = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.", suffix=".old",
+                           dir=os.path.dirname(os.path.abspath(directory)))
+    os.rmdir(old)
+    os.rename(directory, old)
+    try:
+        os.rename(tmp, directory)
+    except OSError:
+        os.rename(old, directory)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _winner_words(r: Range) -> str:
+    if r.winner is None:
+        return "NCCL's own"
+    name, copies, proto = r.winner
+    return f"{name} {proto} x{copies}"
+
+
+def _bytes_words(r: Range, target: str) -> str:
+    lo = size_text(r.min_bytes) if r.min_bytes else "0"
+    if not r.max_bytes:
+        return f"{lo} and up"
+    hi = r.max_bytes - 1 if target == "old" else r.max_bytes
+    return f"{lo} to {size_text(hi)}"
+
+
+def _bw(t: Timing | None) -> str:
+    return "n/a" if t is None or not t.served else f"{t.busbw_gbps:.3g}"
+
+
+def summary_lines(plans, target: str) -> list[str]:
+    """One line per range: sizes, what runs, modelled busbw at the range's ends beside NCCL's."""
+    lines = []
+    for p in plans:
+        for r in p.ranges:
+            ends = sorted({r.first, r.last})
+            ours = ", ".join(f"{size_text(p.sizes[i])} {_bw(p.best_timing(i))}" for i in ends)
+            nccl = ", ".join(f"{size_text(p.sizes[i])} {_bw(p.nccl[i])}" for i in ends)
+            where = r.file or "no file"
+            lines.append(f"{_label(p)} {_bytes_words(r, target)}: {_winner_words(r)} ({where}); busbw {ours} GB/s;"
+                         f" NCCL's modelled {nccl} GB/s" + (f"; {r.note}" if r.note else ""))
+    return lines
+
+
+def readme(plans, topology, target: str) -> str:
+    out = [MARKER, f"# MSCCL algorithms for {topology.name} ({topology.ngpus} GPUs), target {target}", "",
+           "Written by `colls compile`. Each range of call sizes runs the file listed, or NCCL's own algorithm "
+           "where no file is faster (by at least "
+           f"{100 * MARGIN:.0f}% in the simulator's model). busbw is nccl-tests' bus bandwidth in GB/s, "
+           "modelled by `colls simulate`; \"of optimum\" is the share of `colls bound`'s best possible time.",
+           "", "Install: `source env.sh` in the job's environment (it points the runtime at `algorithms/`). "
+           "Check a call with `colls explain algorithms --ranks N --bytes SIZE`.", ""]
+    for p in plans:
+        out += [f"## {_label(p)}", "", "| call sizes (bytes) | runs | file | busbw | of optimum | NCCL's modelled "
+                "busbw |", "|---|---|---|---|---|---|"]
+        for r in p.ranges:
+            ends = sorted({r.first, r.last})
+            ours = " / ".join(f"{size_text(p.sizes[i])}: {_bw(p.best_timing(i))}" for i in ends)
+            pct = " / ".join("n/a" if p.best_timing(i).bound_pct is None else f"{p.best_timing(i).bound_pct:.0f}%"
+                             for i in ends)
+            nccl = " / ".join(f"{_bw(p.nccl[i])} ({p.nccl[i].extra.get('algorithm')} "
+                              f"{p.nccl[i].extra.get('protocol')})" for i in ends)
+            file = f"`{ALGORITHMS}/{r.file}`" if r.file else (r.note or "none")
+            out.append(f"| {_bytes_words(r, target)} | {_winner_words(r)} | {file} | {ours} | {pct} | {nccl} |")
+        refused = [m for m in p.methods if m.refused]
+        if refused:
+            out += ["", "Methods that made no file: " + "; ".join(f"{m.name}: {m.refused}" for m in refused)]
+        out += ["", f"![{_label(p)}]({_label(p)}.png)", ""]
+    return "\n".join(out) + "\n"
+
+
+def env_sh(plans, target: str) -> str:
+    files = [os.path.join(ALGORITHMS, r.file) for p in plans for r in p.ranges if r.file]
+    channels = max((r.compiled.program.nchannels for p in plans for r in p.ranges if r.file), default=0)
+    lines = ["# Source this file in the job's environment: . path/to/env.sh  (written by colls compile)",
+             '_colls_dir="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)"',
+             "# MSCCL runs only with one rank per process; a call no file claims runs NCCL's own algorithm."]
+    if target == "old":
+        lines += [f'export MSCCL_XML_FILES="{":".join("$_colls_dir/" + f for f in files)}"',
+                  "export NCCL_ALGO=MSCCL,RING,TREE      # MSCCL is off by default in this runtime"]
+    else:
+        lines += ['export MSCCL_ALGO_DIR="$_colls_dir/algorithms"']
+        if target == "rccl":
+            lines += ["export RCCL_MSCCL_ENABLE=1", "export RCCL_MSCCL_FORCE_ENABLE=1   # needed on GPUs other "
+                      "than MI300X"]
+        else:
+            lines += ["export NCCL_MSCCL_ENABLE=1"]
+    if channels:
+        lines.append(f"# The files use up to {channels} channels: a communicator with fewer skips them "
+                     f"(raise NCCL_MIN_NCHANNELS to {channels} if yours has fewer; colls explain --channels "
+                     f"checks).")
+    lines.append("unset _colls_dir")
+    return "\n".join(lines) + "\n"
+
+
+def _plot(p: Plan, topology, path: str) -> None:
+    from colls.plot import plot_curves
+    from colls.simulate.report import bound_curve
+    curves = [("chosen", [(s, p.best_timing(i).algbw_gbps if p.best_timing(i).served else None)
+                          for i, s in enumerate(p.sizes)])]
+    for m in p.methods:
+        if m.timings:
+            curves.append((m.name, [(s, t.algbw_gbps if t is not None else None) for s, t in zip(p.sizes, m.timings)]))
+    curves.append(("NCCL (modelled)", [(s, t.algbw_gbps) for s, t in zip(p.sizes, p.nccl)]))
+    bound = ("optimum (colls bound)", bound_curve(p.bound, p.sizes)) if p.bound is not None else None
+    plot_curves(curves, path, title=f"{_label(p)} on {topology.name} ({topology.ngpus} GPUs)", bound=bound,
+                option="-o")
+
+
+def check_out(directory: str) -> None:
+    """Refuse a bad ``-o`` before any work."""
+    if not directory or "\0" in directory:
+        raise CollsError("must name a folder", key="-o")
+    _check_directory(os.path.normpath(directory))
+    check_output(os.path.join(os.path.dirname(os.path.abspath(directory)), ".colls-check"), "-o")
+
+
+def to_json(plans, directory: str, written: list, target: str) -> dict:
+    out = {"output": directory, "files": written, "target": target, "collectives": []}
+    for p in plans:
+        ranges = []
+        for r in p.ranges:
+            timings = [p.best_timing(i) for i in range(r.first, r.last + 1)]
+            ranges.append({
+                "min_bytes": r.min_bytes, "max_bytes": r.max_bytes, "file": r.file and f"{ALGORITHMS}/{r.file}",
+                "method": r.winner and r.winner[0], "instances": r.winner and r.winner[1],
+                "protocol": r.winner and r.winner[2], "note": r.note,
+                "sizes": [{"size_bytes": p.sizes[i], "busbw_gbps": t.busbw_gbps, "bound_pct": t.bound_pct,
+                           "nccl_busbw_gbps": p.nccl[i].busbw_gbps}
+                          for i, t in zip(range(r.first, r.last + 1), timings)]})
+        out["collectives"].append({
+            "collective": p.kind, "root": p.root, "ranges": ranges,
+            "refused": {m.name: m.refused for m in p.methods if m.refused},
+            "methods": {m.name: [None if t is None else t.busbw_gbps for t in m.timings] for m in p.methods},
+            "sizes": p.sizes, "nccl_busbw_gbps": [t.busbw_gbps for t in p.nccl]})
+    return out
