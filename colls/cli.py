@@ -148,7 +148,7 @@ def cli(debug):
 
 @cli.group()
 def hardware():
-    """Inspect the hardware profiles."""
+    """Inspect the hardware profiles, or import one from NCCL's topology dump."""
 
 
 @hardware.command("list")

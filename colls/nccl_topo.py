@@ -54,6 +54,7 @@ import json
 import os
 import re
 import textwrap
+from collections import Counter
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -602,10 +603,11 @@ class _Builder:
                                            f"GPU {b} lists {matrix[b][a]} back", "count")
         totals = {i: sum(s.values()) for i, s in switch_links.items() if s}
         if len(set(totals.values())) > 1:
-            ref = min(totals)
-            odd = next(i for i in sorted(totals) if totals[i] != totals[ref])
+            usual = Counter(totals.values()).most_common(1)[0][0]
+            odd = next(i for i in sorted(totals) if totals[i] != usual)
+            ref = next(i for i in sorted(totals) if totals[i] == usual)
             d.fail(self.gpus[odd].el, f"inconsistent counts: GPU {odd} has {totals[odd]} NVSwitch links, GPU {ref} "
-                                      f"has {totals[ref]}; a node profile gives every GPU of a switch one count")
+                                      f"has {usual}; a node profile gives every GPU of a switch one count")
         for key, per_gpu in cpu_links.items():
             if len(set(per_gpu.values())) > 1:
                 lo = min(per_gpu, key=lambda i: per_gpu[i])
@@ -827,7 +829,7 @@ class _Builder:
         out.line(f"  model: {_scalar(model['model'])}", model["model_why"])
         out.line(f"  sms: {model['sms']}", model["sms_why"])
         out.line(f"  count: {count}", f"<gpu> elements in the dump: {count}")
-        out.line("link_classes:")
+        out.line("link_classes:" if classes else "link_classes: {}", None if classes else "a single GPU, no NIC")
         for cname, c in classes.items():
             out.line(f"  {cname}:")
             if cname in net_classes:
