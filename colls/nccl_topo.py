@@ -68,8 +68,8 @@ from colls.files import read_text
 MAX_DUMP_BYTES = 16 * 2**20
 MAX_DEPTH = 64          # levels of elements; NCCL's own dumps are about 8 deep
 MAX_ELEMENTS = 100_000
-MAX_GPUS = 1024         # NCCL itself describes at most NCCL_TOPO_MAX_NODES (256 to 640) GPUs per node
-MAX_NICS = 1024
+MAX_GPUS = MAX_NICS = 256  # per node: NCCL's NCCL_TOPO_MAX_NODES (src/include/graph.h) of most versions
+MAX_PAIRS = 16384       # GPU-NIC pairs in the profile's nics lists
 MAX_LINKS = 1000        # NVLinks or xGMI links from one GPU to one target (18 on an H100)
 MAX_NET_MBPS = 8 * 10**9  # 1 PB/s, colls' largest bandwidth
 
@@ -308,10 +308,10 @@ class _Dump:
             return None
         text = value.strip()
         try:
-            n = int(text, 16) if text.lower().startswith("0x") and len(text) <= 18 else int(text, 10)
+            n = None if len(text) > 20 else int(text, 16) if text.lower().startswith("0x") else int(text, 10)
         except ValueError:
             n = None
-        if n is None or len(text) > 20:
+        if n is None:
             self.fail(el, f"expected a whole number, got {excerpt(value)}", name)
         if not minimum <= n <= maximum:
             self.fail(el, f"must be between {minimum} and {maximum}, got {excerpt(value)}", name)
@@ -379,8 +379,8 @@ class _Dump:
         if sum(1 for e in pci if e.tag == "gpu") > 1:
             self.fail(el, "two <gpu> elements in one <pci>: NVLink targets could not tell them apart")
         if len(self.gpus) >= MAX_GPUS:
-            raise CollsError(f"has more than {MAX_GPUS} GPUs; colls imports one node's dump (NCCL itself "
-                             f"describes at most a few hundred GPUs per node)", source=self.source, key="<gpu>")
+            raise CollsError(f"has more than {MAX_GPUS} GPUs; colls imports one node's dump (NCCL's "
+                             f"NCCL_TOPO_MAX_NODES is {MAX_GPUS} in most versions)", source=self.source, key="<gpu>")
         bus = self.busid(pci, "busid")
         dev = self.integer(el, "dev", 0, 10**6)
         self.gpus.append(_Gpu(el, bus, pci.get("busid").strip().lower(), dev, cpu, chain))
@@ -399,7 +399,8 @@ class _Dump:
             self.note("ignored <net net=0> elements (NICs fused into a virtual NIC, which NCCL skips too)")
             return
         if len(self.nets) >= MAX_NICS:
-            raise CollsError(f"has more than {MAX_NICS} NICs", source=self.source, key="<net>")
+            raise CollsError(f"has more than {MAX_NICS} NICs; colls imports one node's dump", source=self.source,
+                             key="<net>")
         name = self.attr(el, "name", required=False) or ""
         dev = self.integer(el, "dev", 0, 10**6)
         speed = self.integer(el, "speed", -1, MAX_NET_MBPS)
@@ -691,8 +692,7 @@ class _Builder:
                        f"PCIe switches")
             if not near:
                 near = list(range(len(nets)))
-                why = (f"no NIC on their CPU <cpu numaid={printable(g.cpu.get('numaid', '?'), 20)}>: every NIC, "
-                       f"across the CPUs' interconnect")
+                why = "no NIC on their CPU: every NIC, across the CPUs' interconnect"
             groups.setdefault((tuple(near), why), []).append(g.index)
         served: list[list[int]] = [[] for _ in nets]
         reasons: list[list[str]] = [[] for _ in nets]
@@ -703,6 +703,8 @@ class _Builder:
                     served[j].append(gpu)
             for j in near:
                 reasons[j].append(f"nearest to GPU{'s' if len(members) > 1 else ''} {rank_ranges(members)} ({why})")
+        if sum(map(len, served)) > MAX_PAIRS:
+            d.fail(d.root, f"GPUs and NICs make more than {MAX_PAIRS} GPU-NIC pairs; colls imports one node's dump")
         kept = [j for j in range(len(nets)) if served[j]]
         for j in range(len(nets)):
             if not served[j]:
@@ -893,7 +895,8 @@ class _Builder:
             d.note("PCIe links of unknown speed on GPU-NIC paths (not checked)", len(self.unknown_pcie))
         notes = self.notes + [f"{kind} ({n})" for kind, n in d.notes.items()]
         summary = (f"{count} x {model['model']} ({model['sms']} SMs)"
-                   + (f", {switches[0]['links']} NVSwitch links per GPU" if links["totals"] else "")
+                   + (f", {switches[0]['links']} NVSwitch link{'s' if switches[0]['links'] > 1 else ''} per GPU"
+                      if links["totals"] else "")
                    + (f", direct {links['tag']} links" if links["matrix"] else "")
                    + (f", {len(nics)} NICs, network {layout}" if nics else ", no NIC"))
         return Imported(text, p, summary, notes)

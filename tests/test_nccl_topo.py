@@ -226,7 +226,7 @@ BAD = {
     "undefined-entity": (lambda: '<system version="&x;"/>', "Entity 'x' not defined"),
     "deep": (lambda: "<system><cpu>" + "".join(f'<pci busid="0000:{i:02x}:00.0">' for i in range(100))
              + "</pci>" * 100 + "</cpu></system>", "nested deeper than 64 levels"),
-    "100k-gpus": (lambda: BIG, "more than 1024 GPUs"),
+    "100k-gpus": (lambda: BIG, "<gpu>: has more than 256 GPUs"),
     # schema
     "no-system": (lambda: text_of(A100).replace('<system version="1">', "<topo>").replace("</system>", "</topo>"),
                   "<system>: missing <system>"),
