@@ -15,6 +15,7 @@ import yaml
 
 from colls import bound, cli, hardware, nccl_topo
 from colls.collectives import KINDS
+from colls.errors import CollsError
 
 DATA = Path(__file__).parent / "data" / "nccl-topo"
 SHIPPED = {"dgx-a100": (1, 2), "dgx-h100": (1, 2), "ndv2": (1, 2), "mi250": (1,)}
@@ -170,6 +171,12 @@ def test_compute_capability_alone_and_overrides(tmp_path):
     assert "given with --link-bandwidth" in result.text
     topo = load(tmp_path, result, 2)
     assert topo.ngpus == 16
+    # an NVLink generation colls has no figure for (compute capability 86) needs --link-bandwidth too
+    with pytest.raises(CollsError, match=r"<gpu busid=0000:00:00.0>: no per-link bandwidth .* give --link-bandwidth"):
+        import_text(tmp_path, SM86, gpu_model="A40", sms=84)
+    p = import_text(tmp_path, SM86, gpu_model="A40", sms=84, link_bandwidth="14.0625").profile
+    assert p["direct"] == {"class": "nvlink", "matrix": [[0, 4], [4, 0]]}
+    assert p["link_classes"]["nvlink"]["bandwidth"] == nccl_topo.Fraction("14.0625")
 
 
 def test_power_cpu_nvlinks_and_a_single_gpu(tmp_path):
@@ -212,6 +219,9 @@ def _bad(name, old, new, count=1):
 
 
 A100, NDV2 = "dgx-a100", "ndv2"
+SM86 = ('<system><cpu numaid="0">' + "".join(f'<pci busid="0000:0{i}:00.0" vendor="0x10de"><gpu dev="{i}" sm="86">'
+                                             f'<nvlink target="0000:0{1 - i}:00.0" count="4" tclass="0x030000"/></gpu>'
+                                             f'</pci>' for i in range(2)) + "</cpu></system>")
 BIG = ("<system><cpu>" + "".join(f'<pci busid="{i >> 16:04x}:{(i >> 8) & 255:02x}:{(i >> 3) & 31:02x}.{i & 7}">'
                                  f'<gpu dev="{i}" sm="80"/></pci>' for i in range(100_000)) + "</cpu></system>")
 BAD = {
@@ -260,10 +270,8 @@ BAD = {
     "disconnected": (lambda: '<system><cpu numaid="0">' + "".join(
         f'<pci busid="0000:0{i}:00.0" vendor="0x10de" device="0x2330"><gpu dev="{i}" sm="90"/></pci>'
         for i in range(2)) + "</cpu></system>", "<gpu busid=0000:01:00.0>: GPU 1 is joined to GPU 0 by no NVLink"),
-    "no-link-bandwidth": (lambda: '<system><cpu numaid="0">' + "".join(
-        f'<pci busid="0000:0{i}:00.0" vendor="0x10de"><gpu dev="{i}" sm="86"><nvlink target="0000:0{1 - i}:00.0" '
-        f'count="4" tclass="0x030000"/></gpu></pci>' for i in range(2)) + "</cpu></system>",
-        "give --gpu-model NAME and --sms N"),
+    "unknown-compute-capability": (lambda: SM86, "<pci busid=0000:00:00.0>: the GPU (no PCI device id, compute "
+                                                 "capability 86) is not one colls knows: give --gpu-model NAME"),
     # NICs
     "net-no-speed": (_bad(A100, ' speed="200000"', ""), "<net name=mlx5_0 speed>: missing attribute"),
     "net-speed-unknown": (_bad(A100, 'speed="200000"', 'speed="-1"'), "<net name=mlx5_0 speed>: the NIC's speed is"),
