@@ -775,7 +775,8 @@ class _Builder:
             parts.append(f"{links['name']} direct links")
         if nics:
             speeds = sorted({n["net"].speed for n in nics})
-            parts.append(f"{len(nics)} x " + "/".join(_gbits(s) for s in speeds) + " NIC" + ("s" if len(nics) > 1 else ""))
+            parts.append(f"{len(nics)} x " + "/".join(_gbits(s) for s in speeds) + " NIC"
+                         + ("s" if len(nics) > 1 else ""))
         p["description"] = f"{', '.join(parts)}; imported from {printable(source, 80)}"
         p["gpu"] = {"model": model["model"], "sms": model["sms"], "count": count}
         classes = {}
@@ -838,8 +839,8 @@ class _Builder:
                 t = net_classes[cname][1]
                 kind = {"ib": "InfiniBand NIC (<pci class=0x0207..>)", "eth": "Ethernet NIC (<pci class=0x0200..>)",
                         "net": "NIC"}[t.kind]
-                out.line(f"    bandwidth: {_dec(c['bandwidth'])}", f"<net speed={t.speed}> Mb/s = "
-                                                                    f"{_dec(c['bandwidth'])} GB/s per {kind} and direction")
+                out.line(f"    bandwidth: {_dec(c['bandwidth'])}",
+                         f"<net speed={t.speed}> Mb/s = {_dec(c['bandwidth'])} GB/s per {kind} and direction")
             elif cname in hop_classes:
                 bw, el = hop_classes[cname]
                 out.line(f"    bandwidth: {_dec(bw)}", f"slowest PCIe link between a GPU and its NIC: <pci busid="
