@@ -185,7 +185,8 @@ def hardware_show(name, nodes, as_json):
               help="Write the profile here (atomically) instead of printing it.")
 @click.option("--name", default=None, help="The profile's name (default: from the file name).")
 @click.option("--gpu-model", default=None, metavar="NAME", help="GPU model, for a GPU colls does not know.")
-@click.option("--sms", type=Whole(1, MAX_SMS), default=None, help="SMs (or CUs) per GPU, for a GPU colls does not know.")
+@click.option("--sms", type=Whole(1, MAX_SMS), default=None,
+              help="SMs (or CUs) per GPU, for a GPU colls does not know.")
 @click.option("--link-bandwidth", default=None, metavar="GBPS",
               help="GB/s per NVLink or xGMI link and direction, for a generation colls does not know.")
 def hardware_import(path, output, name, gpu_model, sms, link_bandwidth):

@@ -275,7 +275,8 @@ BAD = {
     # NICs
     "net-no-speed": (_bad(A100, ' speed="200000"', ""), "<net name=mlx5_0 speed>: missing attribute"),
     "net-speed-unknown": (_bad(A100, 'speed="200000"', 'speed="-1"'), "<net name=mlx5_0 speed>: the NIC's speed is"),
-    "net-dev-twice": (_bad(A100, 'name="mlx5_1" dev="1"', 'name="mlx5_1" dev="0"'), "<net name=mlx5_1 dev>: NIC device 0"),
+    "net-dev-twice": (_bad(A100, 'name="mlx5_1" dev="1"', 'name="mlx5_1" dev="0"'),
+                      "<net name=mlx5_1 dev>: NIC device 0"),
     "net-outside-nic": (lambda: edit(edit(text_of(A100), "<nic>", ""), "</nic>", ""),
                         "<net name=mlx5_0>: a <net> belongs inside <nic>, not <pci>"),
 }
