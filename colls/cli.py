@@ -167,7 +167,7 @@ def cli(debug):
 
 @cli.group()
 def hardware():
-    """Inspect the hardware profiles."""
+    """Inspect the hardware profiles, or import one from NCCL's topology dump."""
 
 
 @hardware.command("list")
@@ -196,6 +196,31 @@ def hardware_show(name, nodes, as_json):
         _echo_json(hw.summarize(topo))
     else:
         click.echo(hw.format_summary(topo))
+
+
+@hardware.command("import")
+@click.argument("path", metavar="TOPO.xml")
+@click.option("-o", "--output", default=None, metavar="FILE",
+              help="Write the profile here (atomically) instead of printing it.")
+@click.option("--name", default=None, help="The profile's name (default: from the file name).")
+@click.option("--gpu-model", default=None, metavar="NAME", help="GPU model, for a GPU colls does not know.")
+@click.option("--sms", type=Whole(1, MAX_SMS), default=None,
+              help="SMs (or CUs) per GPU, for a GPU colls does not know.")
+@click.option("--link-bandwidth", default=None, metavar="GBPS",
+              help="GB/s per NVLink or xGMI link and direction, for a generation colls does not know.")
+def hardware_import(path, output, name, gpu_model, sms, link_bandwidth):
+    """Turn one node's NCCL (or RCCL) topology dump (NCCL_TOPO_DUMP_FILE) into a node profile."""
+    from colls import files, nccl_topo
+    if output is not None:
+        files.check_output(output, "-o")
+    result = nccl_topo.import_dump(path, name=name, gpu_model=gpu_model, sms=sms, link_bandwidth=link_bandwidth)
+    for line in result.notes:
+        click.echo(f"colls: note: {line}", err=True)
+    if output is None:
+        click.echo(result.text, nl=False)
+    else:
+        files.write_atomic(output, result.text)
+        click.echo(f"wrote {output}: {result.summary}")
 
 
 @cli.command()
