@@ -11,11 +11,11 @@ What the lowering guarantees (and :mod:`colls.verify` then proves on the result)
    key, which is the order its receiver expects: the FIFO order of every (sender, receiver, channel) is
    consistent by construction. (A fused instruction that would break it is split again.)
 3. Dependencies. Every instruction waits for the earlier instructions that touch the same memory (read
-   after write, write after read, write after write), computed under both the out-of-place and the
-   in-place buffer aliasing, so one program is right for both calls. Within a threadblock the order
-   already implies them; across threadblocks the latest step of each other threadblock is waited on,
-   with ``nop`` steps carrying the extra dependencies. Everything an instruction waits for has an
-   earlier time, so no dependency or message can form a cycle.
+   after write, write after read, write after write), chunk by chunk, computed under both the out-of-place
+   and the in-place buffer aliasing, so one program is right for both calls. Within a threadblock the
+   order already implies them; across threadblocks the last of them in each other threadblock's order
+   is waited on, with ``nop`` steps carrying the extra dependencies. Everything an instruction waits
+   for has an earlier time, so no dependency or message can form a cycle.
 4. Limits. Lanes become channels. When a threadblock would exceed the target's step limit, the
    schedule's steps are cut into segments, each on channels of its own, until it fits; when channels,
    threadblocks per GPU (the SM count) or threadblocks per channel run out, lowering refuses with a
@@ -58,6 +58,7 @@ class _Instr:
     local: Op | None = None
     deps: set = field(default_factory=set)
     tb: "_Tb | None" = None
+    pos: int = -1    # place in its tb's order (set by _order)
     index: int = -1  # final step index in its tb (after nops)
 
     @property
@@ -394,6 +395,8 @@ def _order(tbs: list[_Tb]) -> set:
                 raise AssertionError("threadblock order has a cycle without a fused instruction")
             bad.update((id(i.recv), id(i.send)) for i in stuck)
         tb.instrs = order
+        for k, ins in enumerate(order):
+            ins.pos = k
     return bad
 
 
@@ -491,13 +494,17 @@ def _assemble(schedule: Schedule, tbs: list[_Tb], options: LowerOptions, target:
 
 
 def _cross(ins: _Instr) -> list[_Instr]:
-    """The latest dependency in each other threadblock, in a fixed order."""
+    """The last dependency in each other threadblock's order, in a fixed order.
+
+    Last in the threadblock's order, not in time: a fused instruction waits in its threadblock for the
+    sends before its own send, so receives of an earlier time can run after sends of a later one, and
+    waiting for the latest in time would not wait for them."""
     latest: dict = {}
     for d in ins.deps:
         if d.tb is ins.tb:
             continue  # _order placed it earlier in this threadblock
         cur = latest.get(id(d.tb))
-        if cur is None or d.time > cur.time:
+        if cur is None or d.pos > cur.pos:
             latest[id(d.tb)] = d
     return sorted(latest.values(), key=lambda d: (d.tb.id, d.index))
 

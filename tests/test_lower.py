@@ -12,6 +12,8 @@ from colls.lower import LowerOptions, lower
 from colls.schedule import Op, Schedule
 from colls.targets import TARGETS
 
+import oracle
+
 
 def ring_allgather(n: int, chunks: int = 1) -> Schedule:
     ops = []
@@ -191,3 +193,57 @@ def test_in_flight_fusions_win_the_threadblock_pairing():
     rank1 = program.gpus[1]
     fused = [tb for tb in rank1.tbs if any(st.type == "rrs" for st in tb.steps)]
     assert fused and fused[0].recv == 3 and fused[0].send == 2
+
+
+def fused_steps(program) -> int:
+    return sum(st.type in ("rcs", "rrcs", "rrs") for g in program.gpus for tb in g.tbs for st in tb.steps)
+
+
+def relay_alltoall() -> Schedule:
+    """3-rank alltoall where rank 2 relays rank 0's chunk for rank 1. Rank 2's threadblock (receive from 0,
+    send to 1) runs its own send (step 3) before the fused receive-forward of the relayed chunk (received
+    at step 1, forwarded at step 4), and so before its receive of step 2: its order is not time order.
+    Each rank then copies its arrivals from scratch to the output in one copy per run of chunks."""
+    ops = [Op(0, r, r, "i", r, "o", r) for r in range(3)]
+    ops += [Op(1, 0, 2, "i", 1, "s", 3),   # 0's chunk for 1, parked on the relay
+            Op(2, 0, 2, "i", 2, "s", 0),   # 0's chunk for 2
+            Op(3, 2, 1, "i", 1, "s", 2),   # 2's own chunk for 1
+            Op(4, 2, 1, "s", 3, "s", 0),   # the relayed chunk, forwarded
+            Op(1, 1, 0, "i", 0, "s", 1), Op(1, 2, 0, "i", 0, "s", 2), Op(1, 1, 2, "i", 2, "s", 1)]
+    ops += [Op(5, 0, 0, "s", 1, "o", 1, count=2), Op(5, 1, 1, "s", 0, "o", 0), Op(5, 1, 1, "s", 2, "o", 2),
+            Op(5, 2, 2, "s", 0, "o", 0, count=2)]
+    return Schedule(Collective("alltoall", 3), ops, "test", scratch=4)
+
+
+def test_a_copy_of_a_run_waits_for_every_receive_into_it():
+    """Rank 2's copy of s[0:2] waits for rank 2's threadblock (receive 0, send 1): for its receive of
+    s[0] at step 2 (the last step there), not for its send of step 3 (which the in-place copy overwrites,
+    but which runs first)."""
+    schedule = relay_alltoall()
+    schedule.check()
+    program = lower(schedule, TARGETS["exe"])
+    copies = [st for tb in program.gpus[2].tbs for st in tb.steps if st.type == "cpy" and st.cnt == 2]
+    assert len(copies) == 1 and fused_steps(program) == 1
+    check(program)
+    oracle.verdict_holds(program, seeds=10)
+
+
+def test_a_send_of_a_run_waits_for_every_receive_into_it():
+    """Rank 2 receives rank 0's two chunks one by one, the first forwarded to rank 1 by a fused step that
+    runs after rank 2's own send, then sends both on to rank 3 in one step."""
+    c = 2
+    ops = [Op(0, r, r, "i", 0, "o", r * c, count=c) for r in range(4)]
+    ops += [Op(1, 0, 2, "i", 0, "o", 0), Op(2, 0, 2, "i", 1, "o", 1),
+            Op(3, 2, 1, "i", 0, "o", 4), Op(4, 2, 1, "o", 0, "o", 0),
+            Op(5, 2, 3, "o", 0, "o", 0, count=2)]
+    have = {(op.dst, op.dst_index + k) for op in ops for k in range(op.count)}
+    ops += [Op(6, j // c, r, "i", j % c, "o", j, lane=1) for r in range(4) for j in range(4 * c)
+            if (r, j) not in have]
+    schedule = Schedule(Collective("allgather", 4, c), ops, "test")
+    schedule.check()
+    program = lower(schedule, TARGETS["exe"])
+    assert any(st.type == "s" and st.cnt == 2 for tb in program.gpus[2].tbs for st in tb.steps)
+    assert fused_steps(program) == 1
+    check(program)
+    oracle.verdict_holds(program, seeds=10)
+
