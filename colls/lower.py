@@ -6,16 +6,25 @@ What the lowering guarantees (and :mod:`colls.verify` then proves on the result)
    receive whose result is the next thing its rank sends on (same chunks, same channel, nothing writes
    them in between) is fused with that send into one instruction (``rcs``, ``rrcs``, ``rrs``); a local
    op becomes ``cpy`` or ``re``. Ops of more chunks than a step may carry are split.
-2. Order. Every instruction has a time, the (step, position) key of the op it starts with. Threadblocks
-   run their instructions in time order and every send on a connection goes out in the order of its op's
-   key, which is the order its receiver expects: the FIFO order of every (sender, receiver, channel) is
-   consistent by construction. (A fused instruction that would break it is split again.)
+2. Order. Every instruction has a time, the (step, position) key of the op it starts with (a fused
+   instruction: its receive's). Threadblocks run their receives in the order of their ops' keys and
+   their sends likewise, which is the order the other end of each connection uses: the FIFO order of
+   every (sender, receiver, channel) is consistent by construction. Between the two, earlier time first;
+   a fused instruction waits for the sends before its own send, so it may run after instructions of a
+   later time. (A fused instruction that cannot be placed is split again.)
 3. Dependencies. Every instruction waits for the earlier instructions that touch the same memory (read
    after write, write after read, write after write), chunk by chunk, computed under both the out-of-place
    and the in-place buffer aliasing, so one program is right for both calls. Within a threadblock the
    order already implies them; across threadblocks the last of them in each other threadblock's order
-   is waited on, with ``nop`` steps carrying the extra dependencies. Everything an instruction waits
-   for has an earlier time, so no dependency or message can form a cycle.
+   is waited on, with ``nop`` steps carrying the extra dependencies.
+   No wait cycle. Without fusion everything an instruction waits for has an earlier time, so no
+   dependency or message can form a cycle; a fused instruction that runs after a later time can close
+   one (a relay's forward waiting behind its sends, whose receiver waits behind the same at the other
+   end). The lowering builds the graph of what each step waits for (the step before it, its
+   dependencies, the message it receives, FIFO room for the one it sends) and splits fused instructions
+   until it has no cycle. That graph is exact for calls small enough that every step is one message;
+   what it cannot fix (a cycle of in-flight ``rrs`` fusions alone, which cannot be split; a hang only
+   of large calls, whose steps the runtime cuts into several messages) is left for the verifier to find.
 4. Limits. Lanes become channels. When a threadblock would exceed the target's step limit, the
    schedule's steps are cut into segments, each on channels of its own, until it fits; when channels,
    threadblocks per GPU (the SM count) or threadblocks per channel run out, lowering refuses with a
@@ -28,11 +37,14 @@ import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
+import networkx as nx
+
 from colls.collectives import Collective
 from colls.errors import CollsError, LimitError
 from colls.program import Gpu, Program, Step, Threadblock
 from colls.schedule import TRANSIENT, Op, Schedule
 from colls.targets import Target
+from colls.verify.execution import fifo_messages
 
 
 @dataclass
@@ -125,6 +137,8 @@ def lower(schedule: Schedule, target: Target, options: LowerOptions | None = Non
             if not bad:
                 _dependencies(instrs, schedule.collective)
                 bad = _order(tbs)
+            if not bad:
+                bad = _wait_cycles(instrs, tbs, fifo_messages(options.proto))
             if not bad:
                 break
             if bad <= no_fuse:
@@ -397,6 +411,73 @@ def _order(tbs: list[_Tb]) -> set:
         tb.instrs = order
         for k, ins in enumerate(order):
             ins.pos = k
+    return bad
+
+
+def _wait_cycles(instrs: list[_Instr], tbs: list[_Tb], cap: int) -> set:
+    """The fused (receive, send) pairs to split so that no instruction waits, through others, for itself.
+
+    The graph is what a step of a small call (one message per step) waits for: the step before it in its
+    threadblock, its dependencies, the send of the message it receives, and the receive that makes room
+    for the message it sends (the one ``cap`` messages earlier on that connection). It is acyclic exactly
+    when such calls cannot hang. Without fusion every wait goes to an earlier time (the send of a message
+    has its receive's time), so there is no cycle; a fused instruction has its receive's time but runs
+    after the sends that precede its own send, which may be later. So every cycle holds a wait that goes
+    back in time, and it ends at a fused instruction: those are split (a fused instruction whose value is
+    in flight cannot be, and a cycle of such alone is left for the verifier to report).
+    """
+    node = {id(ins): k for k, ins in enumerate(instrs)}
+    succ: list = [[] for _ in instrs]
+    sender, receiver = {}, {}
+    for ins in instrs:
+        if ins.send is not None:
+            sender[id(ins.send)] = ins
+        if ins.recv is not None:
+            receiver[id(ins.recv)] = ins
+        for d in ins.deps:
+            succ[node[id(d)]].append(node[id(ins)])
+    for op_id, ins in receiver.items():
+        succ[node[id(sender[op_id])]].append(node[id(ins)])
+    for tb in tbs:
+        for a, b in zip(tb.instrs, tb.instrs[1:]):
+            succ[node[id(a)]].append(node[id(b)])
+        sends = [i for i in tb.instrs if i.send is not None]
+        for a, b in zip(sends, sends[cap:]):
+            succ[node[id(receiver[id(a.send)])]].append(node[id(b)])
+    indeg = [0] * len(instrs)
+    for outs in succ:
+        for b in outs:
+            indeg[b] += 1
+    ready = [k for k, d in enumerate(indeg) if d == 0]
+    while ready:
+        for b in succ[ready.pop()]:
+            indeg[b] -= 1
+            if indeg[b] == 0:
+                ready.append(b)
+    rest = [k for k, d in enumerate(indeg) if d > 0]
+    if not rest:
+        return set()
+    graph = nx.DiGraph()
+    graph.add_edges_from((a, b) for a in rest for b in succ[a] if indeg[b] > 0)
+    bad: set = set()
+    pending = [(graph, scc) for scc in nx.strongly_connected_components(graph) if len(scc) > 1]
+    while pending:
+        g, scc = pending.pop()
+        late = {}  # splittable fused instruction -> the waits on it that go back in time
+        for k in scc:
+            ins = instrs[k]
+            if ins.recv is not None and ins.send is not None and ins.recv.dst_buf != TRANSIENT:
+                late[k] = [a for a in g.predecessors(k) if a in scc and instrs[a].time > ins.time]
+        late = {k: back for k, back in late.items() if back}
+        if not late:
+            continue
+        # split the fused instruction that runs latest after its time; splitting it frees its receive
+        # from the waits that held it back, which may already break every cycle through it
+        k = max(late, key=lambda k: (max(instrs[a].time for a in late[k]), instrs[k].time))
+        bad.add((id(instrs[k].recv), id(instrs[k].send)))
+        g = g.subgraph(scc).copy()
+        g.remove_edges_from((a, k) for a in late[k])
+        pending += [(g, c) for c in nx.strongly_connected_components(g) if len(c) > 1]
     return bad
 
 

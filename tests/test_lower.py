@@ -247,3 +247,33 @@ def test_a_send_of_a_run_waits_for_every_receive_into_it():
     check(program)
     oracle.verdict_holds(program, seeds=10)
 
+
+def crossed_relays() -> Schedule:
+    """Allgather on 4 ranks, 3 chunks each: relays 0 and 1 each receive a chunk (from 2, resp. 3) at
+    step 1, send their own three chunks to each other at steps 2-4 and forward the received one at step
+    5, then send it to the other side (3, resp. 2) at step 6 and forward the other relay's first chunk
+    there at step 7. Fused, relay 0's forward of step 5 runs after its three sends to 1; its send of
+    step 6 waits for it; the fused forward of step 7, which receives 1's first chunk, waits behind that
+    send, so 1's third send to 0 finds the connection full; and the same at relay 1: a wait cycle.
+    Everything else goes directly from its owner on another lane."""
+    n, c = 4, 3
+    ops = [Op(0, r, r, "i", 0, "o", r * c, count=c) for r in range(n)]
+    for a, b, p, q in ((0, 1, 2, 3), (1, 0, 3, 2)):
+        ops.append(Op(1, p, a, "i", 0, "o", p * c))
+        ops += [Op(2 + k, a, b, "i", k, "o", a * c + k) for k in range(c)]
+        ops += [Op(5, a, b, "o", p * c, "o", p * c), Op(6, a, q, "o", p * c, "o", p * c),
+                Op(7, a, q, "o", b * c, "o", b * c)]
+    have = {(op.dst, op.dst_index + k) for op in ops for k in range(op.count)}
+    ops += [Op(8, j // c, r, "i", j % c, "o", j, lane=1) for r in range(n) for j in range(n * c)
+            if (r, j) not in have]
+    return Schedule(Collective("allgather", n, c), ops, "test")
+
+
+def test_fusion_never_closes_a_wait_cycle():
+    schedule = crossed_relays()
+    schedule.check()
+    program = lower(schedule, TARGETS["exe"])
+    check(program)
+    oracle.verdict_holds(program, seeds=10)
+    # four forwards could fuse; splitting one of them breaks the cycle, the other three stay fused
+    assert fused_steps(program) == 3
