@@ -89,10 +89,10 @@ Collectives
 - allreduce: chunk factor N m: the reduce-scatter of chunk ``q m + j`` to q, then the allgather of it
   from q, one schedule (the second solve is skipped when the machine equals its reversal).
 
-Every op moves one chunk and carries ``topology.route(src, dst)``; ops run in the order of their start
-times, one step each (a total order consistent with every dependency). Lanes: see :func:`_lanes`. The
-alltoall's final local copies move one chunk each: with one copy of a run of chunks, the lowering
-(colls.lower at this commit) left out the wait for some of the receives into that run on 2 x NDv2.
+Every transfer moves one chunk and carries ``topology.route(src, dst)``; ops run in the order of their
+start times, one step each (a total order consistent with every dependency). Lanes: see :func:`_lanes`.
+The alltoall's final local copies move a run of chunks each (the arrivals before the rank's own chunks,
+and those after).
 
 ``Schedule.info``: ``objective_us`` (the makespan found), ``lower_bound_us`` (the solver's bound on
 the model's optimum), ``gap``, ``status`` per stage (``optimal``, ``gap limit`` or ``time limit``), ``solve_seconds`` per stage, ``greedy_us``,
@@ -107,12 +107,10 @@ determinism, progress lines, infeasibility naming the constraint family; ``colls
 (sk1-ndv2-n2) 0.5 s, alltoall 0.5 s (gap 0.8%), 2 x DGX-2 allgather (sk2-dgx2-n2) 0.4 s, whole pipeline.
 Simulated, the allgather files beat ring but not trees (1 MB on dgx2 x1: milp 30 us, trees 25 us,
 ring 97 us): the model's one-transfer-per-link serialisation and per-transfer latency are more
-pessimistic than the runtime, and every op moves one chunk.
+pessimistic than the runtime, and every transfer moves one chunk.
 Next: a cost model closer to the simulator's (bandwidth shared rather than serialised; calibrate
 alpha/beta against colls.simulate); contiguity (several chunks in one send, TACCL's stage 3);
-``rrs`` forwarding of partial sums; overlapping the two halves of allreduce in one model; the two
-lowering defects worked around here (multi-chunk local copies losing waits, fused forwards
-reordered into a wait cycle) belong fixed in colls.lower.
+``rrs`` forwarding of partial sums; overlapping the two halves of allreduce in one model.
 """
 
 from __future__ import annotations
@@ -415,8 +413,8 @@ class _Builder:
             hops[ch] = hops.get(ch, 0) + 1
             ops.append(Op(1 + k, u, v, *src, *dst, lane=_family(q + b, hops[ch]), route=self._route(u, v)))
         last = 1 + len(order)
-        for r in range(n):   # one copy per chunk: see the module docstring (multi-chunk copies)
-            ops += [Op(last, r, r, "s", k, "o", k) for k in range(n * c) if k // c != r]
+        for r in range(n):   # one copy per run of arrivals: the chunks before the rank's own, and after
+            ops += [Op(last, r, r, "s", a, "o", a, b - a) for a, b in ((0, r * c), ((r + 1) * c, n * c)) if b > a]
         return ops, n * c + max(transit.values())
 
 
@@ -430,11 +428,14 @@ def _lanes(ops: list[Op]) -> list[Op]:
     leaves no GPU pair more than about LANE_OPS transfers per lane (the runtime's threadblocks hold
     at most 64 steps); local ops stay on lane 0.
 
-    A chunk's consecutive hops are on lanes of different parity, so the lowering never fuses a
-    receive with the send that forwards it: such a fused instruction takes the time of its send, and on
-    2 x NDv2 that put a receive behind later sends of its threadblock and the file hung (a wait cycle
-    through the two NIC senders). Without fusion every instruction keeps its op's place in the global
-    start-time order, which is consistent with every dependency, so no lane assignment can deadlock."""
+    A chunk's consecutive hops are on lanes of different parity, so a relay receives a chunk and
+    forwards it in two threadblocks that run side by side. This is a choice of speed, not of safety:
+    on one lane the lowering fuses the two into one receive-copy-send (and splits any fusion that would
+    close a wait cycle), which saves a step, but one threadblock then receives and forwards one message
+    after the other, and the parity's second channel is gone. colls.simulate, busbw at 1 KB / 1 MB /
+    1 GB on 2 x NDv2 allgather: 0.0187 / 10.1 / 23.1 GB/s with the parity, 0.0122 / 6.63 / 14.2 fused
+    on one channel, 0.0177 / 8.96 / 20.5 fused on two; 2 x NDv2 allreduce 9.19 against 7.44 at 1 MB;
+    2 x DGX-2 is mixed (allgather 1 MB 21.6 against 23.5 fused, 1 GB 81.2 against 80.2)."""
     per: dict = {}
     for op in ops:
         if not op.local:
