@@ -15,6 +15,7 @@ import os
 import re
 import stat
 import sys
+import time
 import traceback
 
 import click
@@ -325,6 +326,8 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
     if simulate:
         from colls.simulate import summary
         summary.add_to(result, curve=as_json)
+        if method == "milp":
+            summary.add_milp_comparison(result)
     pipeline.write_atomic(output, result.text)
     if as_json:
         _echo_json(dict(result.facts, output=output))
@@ -349,8 +352,9 @@ NCCL_STEPS_BYTES = 8          # a buffer holds NCCL_STEPS slots of at least a by
               help="Root rank of broadcast/reduce (a file serves one root only).")
 @click.option("--methods", default=",".join(("ring", "direct", "trees", "milp")), show_default=True,
               metavar="LIST", help="The methods to try, comma-separated.")
-@click.option("--sizes", default="1KB:4GB", show_default=True,
-              help="The call sizes to simulate and choose at (as colls simulate --sizes).")
+@click.option("--sizes", default="1KB:1GB:4", show_default=True,
+              help="The call sizes to simulate and choose at (as colls simulate --sizes); ranges change "
+                   "hands only at these sizes.")
 @click.option("--sketch", "sketch_path", default=None, metavar="FILE",
               help="milp: a communication sketch (default: derived from the machine).")
 @click.option("--time-limit", type=float, default=None, metavar="SECONDS",
@@ -397,7 +401,9 @@ def compile_cmd(hardware, nodes, collective, output, target, root, methods, size
     if sketch_path is not None:
         from colls.sketch import load_sketch
         sketch = load_sketch(sketch_path, topo, nodes)
-    say = (lambda line: None) if quiet else (lambda line: click.echo(f"colls: {line}", err=True))
+    started = time.perf_counter()
+    say = (lambda line: None) if quiet else \
+        (lambda line: click.echo(f"colls: [{time.perf_counter() - started:5.0f} s] {line}", err=True))
     plans = comp.plan(topo, kinds, target=target, root=root, sizes=size_list, methods=names, sketch=sketch,
                       milp_options=milp_options, progress=say)
     say("proving the chosen files")

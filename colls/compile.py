@@ -44,7 +44,7 @@ from colls.simulate.baseline import Baseline, Fastest
 METHODS = ("ring", "direct", "trees", "milp")
 COPIES = (1, 2, 4, 8)
 MARGIN = 0.02               # a file must beat the runtime's own algorithm by 2% to claim a size
-DEFAULT_SIZES = "1KB:4GB"
+DEFAULT_SIZES = "1KB:1GB:4"      # 1KB, 4KB, ..., 1GB: 11 sizes (the last range has no upper limit)
 ALL = ("allreduce", "allgather", "reducescatter", "alltoall")   # --collective all (+ rooted with --root)
 OLD_MAX_FILES = 4           # MSCCL_XML_FILES holds at most 4 files in the older runtime
 MARKER = "<!-- written by colls compile -->"
@@ -119,6 +119,7 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
             found.append(_variants(topology, coll, name, target, options))
         progress(f"{kind}: simulating {len(sizes)} sizes from {size_text(sizes[0])} to {size_text(sizes[-1])}")
         nccl = _nccl(topology, kind, coll.root, target, sizes, bound)
+        progress(f"{kind}: NCCL's own algorithm timed")
         for m in found:
             if m.variants:
                 m.fastest = Fastest(topology, kind, [({"instances": c.facts["instances"], "index": i}, c.program,

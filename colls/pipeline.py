@@ -29,6 +29,7 @@ from colls.errors import CollsError, LimitError
 from colls.files import write_atomic  # noqa: F401  (the last stage; lives with the safe file handling)
 from colls.program import PROTOCOLS, Program
 from colls.schedule import Schedule
+from colls.simulate.summary import milp_words
 from colls.simulate.summary import words as summary_words
 from colls.targets import MAX_OFFSET, Target, get_target
 from colls.topology import Topology
@@ -74,6 +75,9 @@ class Compiled:
         simulated = summary_words(f)
         if simulated:
             line += f"; {simulated}"
+        compared = milp_words(f)
+        if compared:
+            line += f"; {compared}"
         if f.get("root") is not None:
             line += (f"; for root {f['root']} only: install it only where every {f['collective']} call uses root "
                      f"{f['root']} (the runtime does not check the root)")

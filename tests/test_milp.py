@@ -129,3 +129,25 @@ def test_cli_options_belong_to_milp(tmp_path):
                               "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert out.exists()
+
+
+def test_summary_compares_with_ring_and_trees_at_the_model_size():
+    """The milp summary gives the model's objective, the solver's bound, the latency floor and the simulated
+    time at the size it was solved for beside ring and trees; when milp is not fastest it says why."""
+    from colls import hardware as hw
+    from colls import pipeline
+    from colls.collectives import Collective
+    from colls.simulate import summary
+    topo = hw.load_topology("ndv2", nodes=1)
+    c = pipeline.compile_schedule(topo, Collective("allgather", 8), "milp", options={"time_limit": 2.0})
+    summary.add_to(c)
+    summary.add_milp_comparison(c)
+    m = c.facts["milp_compare"]
+    assert m["objective_us"] >= m["lower_bound_us"] > 0
+    assert m["latency_floor_us"] > 0
+    assert all(m[f"{k}_us"] > 0 for k in ("milp", "ring", "trees"))
+    line = c.summary()
+    assert "solver bound" in line and "latency floor" in line and "simulated at " in line
+    assert m["size_bytes"] >= 1 << 20
+    best = min(("milp", "ring", "trees"), key=lambda k: m[f"{k}_us"])
+    assert (f"({best} is faster here" in line) == (best != "milp")

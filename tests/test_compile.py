@@ -1,0 +1,247 @@
+"""colls compile: ranges that partition the sizes, files that verify and that the runtime would pick for
+the sizes they were chosen for, a folder replaced whole or not at all, byte-identical reruns, and
+one-line refusals."""
+
+import hashlib
+import json
+import os
+import shutil
+
+import pytest
+
+from colls import compile as comp
+from colls import explain, files, msccl, verify
+from colls.targets import get_target
+import subprocess
+import sys
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-c", "from colls.cli import main; main()", *args],
+                          capture_output=True, text=True)
+
+SMALL = """name: small
+description: 4 GPUs on a switch, a NIC each
+gpu: {model: A100-SXM4, sms: 108, count: 4}
+link_classes:
+  nvlink: {bandwidth: 25, latency: 0.15, efficiency: 0.8}
+  ib: {bandwidth: 25, latency: 0.65}
+switches:
+  - {name: nvswitch, class: nvlink, links: 12, gpus: all}
+nics:
+  - {class: ib, gpus: [0]}
+  - {class: ib, gpus: [1]}
+  - {class: ib, gpus: [2]}
+  - {class: ib, gpus: [3]}
+network: {layout: rails}
+"""
+SIZES = "1KB,64KB,4MB"
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    path = tmp_path_factory.mktemp("profile") / "small.yaml"
+    path.write_text(SMALL)
+    return str(path)
+
+
+def _compile(profile, out, *extra, collective="allreduce", methods="ring,trees", sizes=SIZES):
+    return run("compile", "--hardware", profile, "--nodes", "2", "--collective", collective, "--methods", methods,
+               "--sizes", sizes, "-o", str(out), *extra)
+
+
+def _digest(folder) -> dict:
+    out = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as fh:
+                out[os.path.relpath(path, folder)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+@pytest.fixture(scope="module")
+def compiled(small, tmp_path_factory):
+    out = tmp_path_factory.mktemp("c") / "algos"
+    proc = _compile(small, out, "--json", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    return out, json.loads(proc.stdout)
+
+
+def test_ranges_partition_the_sizes_and_files_verify(compiled):
+    out, data = compiled
+    (coll,) = data["collectives"]
+    ranges = coll["ranges"]
+    assert ranges[0]["min_bytes"] == 0 and ranges[-1]["max_bytes"] == 0
+    for a, b in zip(ranges, ranges[1:]):
+        assert b["min_bytes"] == a["max_bytes"] + 1           # contiguous, no overlap (exe: inclusive ends)
+    simulated = [s["size_bytes"] for r in ranges for s in r["sizes"]]
+    assert simulated == coll["sizes"]
+    assert data["files"] and len(data["files"]) == sum(1 for r in ranges if r["file"])
+    assert sorted(os.listdir(out / "algorithms")) == sorted(f.split("/", 1)[1] for f in data["files"])
+    for r in ranges:
+        for s in r["sizes"]:
+            if r["file"]:   # a file claims a size only where it beats the runtime's own algorithm
+                assert s["busbw_gbps"] >= s["nccl_busbw_gbps"] * (1 + comp.MARGIN) * 0.999
+            else:
+                assert s["busbw_gbps"] == s["nccl_busbw_gbps"]
+        if r["file"]:
+            text = files.read_text(str(out / r["file"]), files.MAX_XML_BYTES)
+            program, found = msccl.parse(text, r["file"])
+            report = verify.verify(program, get_target("exe"), findings=found)
+            assert report.ok, report.format()
+            assert (program.min_bytes, program.max_bytes) == (r["min_bytes"], r["max_bytes"])
+            assert program.proto == r["protocol"]
+
+
+def test_explain_picks_each_range_file_at_its_sizes(compiled):
+    out, data = compiled
+    (coll,) = data["collectives"]
+    for r in coll["ranges"]:
+        for s in r["sizes"]:
+            e = explain.explain([str(out / "algorithms")], ranks=8, size=s["size_bytes"])
+            chosen = e.to_dict()["runs"]
+            if r["file"]:
+                assert chosen is not None and chosen.endswith(os.path.basename(r["file"]))
+            else:
+                assert chosen is None
+
+
+def test_readme_env_and_plot(compiled):
+    out, data = compiled
+    readme = (out / "README.md").read_text()
+    assert readme.splitlines()[0] == comp.MARKER
+    for f in data["files"]:
+        assert f in readme
+    env = (out / "env.sh").read_text()
+    assert 'export MSCCL_ALGO_DIR="$_colls_dir/algorithms"' in env and "NCCL_MSCCL_ENABLE=1" in env
+    assert (out / "allreduce.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert set(os.listdir(out / "algorithms")) == {os.path.basename(f) for f in data["files"]}
+
+
+def test_rerun_is_byte_identical_and_replaces_the_folder(small, compiled, tmp_path):
+    out, _ = compiled
+    again = tmp_path / "algos"
+    shutil.copytree(out, again)
+    (again / "algorithms" / "stale.xml").write_text("<algo/>")     # a leftover of an earlier run goes
+    assert _compile(small, again, "--quiet").returncode == 0
+    assert _digest(again) == _digest(out)
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".")] == []
+
+
+def test_a_failed_run_leaves_the_folder_as_it_was(small, compiled, tmp_path, monkeypatch):
+    from colls import hardware as hw
+    out, _ = compiled
+    target = tmp_path / "algos"
+    shutil.copytree(out, target)
+    before = _digest(target)
+    topo = hw.load_topology(small, nodes=2)
+    plans = comp.plan(topo, ["allreduce"], sizes=[1024], methods=["ring"])
+    comp.lower_files(plans, "exe")
+    real = files.write_atomic
+    calls = []
+
+    def failing(path, text, option=None):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError("disk full")
+        real(path, text, option=option)
+    monkeypatch.setattr(comp, "write_atomic", failing)
+    with pytest.raises(OSError):
+        comp.write(plans, str(target), topo, "exe")
+    assert _digest(target) == before
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".")] == []
+
+
+@pytest.mark.parametrize("target", ["rccl", "old"])
+def test_other_targets(small, tmp_path, target):
+    out = tmp_path / "algos"
+    proc = _compile(small, out, "--quiet", "--json", "--target", target, sizes="1KB,1MB")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    env = (out / "env.sh").read_text()
+    if target == "rccl":
+        assert "RCCL_MSCCL_ENABLE=1" in env and "MSCCL_ALGO_DIR" in env
+    else:
+        assert "MSCCL_XML_FILES" in env and "NCCL_ALGO=MSCCL,RING,TREE" in env
+        assert len(data["files"]) <= comp.OLD_MAX_FILES
+        ranges = data["collectives"][0]["ranges"]
+        for a, b in zip(ranges, ranges[1:]):
+            assert b["min_bytes"] == a["max_bytes"]             # [min, max): the next starts at the end
+    for f in data["files"]:
+        text = (out / f).read_text()
+        program, found = msccl.parse(text, f)
+        assert verify.verify(program, get_target(target), findings=found).ok
+
+
+def test_old_keeps_at_most_four_files():
+    class T:
+        def __init__(self, us):
+            self.time_us, self.served, self.busbw_gbps = us, True, 1.0
+    plans = []
+    for kind in ("allreduce", "allgather"):
+        nccl = [T(10.0)] * 6
+        method = comp.Method("ring", timings=[T(9.0 - i) for i in range(6)])
+        ranges = [comp.Range(i, i, ("ring", 1, p)) for i, p in enumerate(["LL", "LL128", "Simple"] * 2)]
+        plans.append(comp.Plan(kind, None, list(range(6)), [method], nccl, None, ranges))
+    comp._keep_old_files(plans)
+    kept = [(p.kind, r.first) for p in plans for r in p.ranges if r.winner is not None]
+    assert len(kept) == comp.OLD_MAX_FILES
+    assert all(r.note for p in plans for r in p.ranges if r.winner is None)
+    assert ("allreduce", 5) in kept and ("allreduce", 0) not in kept     # the largest savings stay
+
+
+@pytest.mark.parametrize("args, key", [
+    (["--methods", "ring,bogus"], "--methods"),
+    (["--methods", "ring,ring"], "--methods"),
+    (["--methods", ""], "--methods"),
+    (["--sizes", "0"], "--sizes"),
+    (["--collective", "broadcast"], "--root"),
+    (["--root", "1"], "--root"),
+    (["--sketch", "x.yaml"], "--sketch"),
+    (["--time-limit", "5"], "--time-limit"),
+    (["--without", "nic:9:0"], "--without"),
+])
+def test_bad_options_one_line_exit_2(small, tmp_path, args, key):
+    out = tmp_path / "algos"
+    base = ["compile", "--hardware", small, "--nodes", "2", "--methods", "ring", "-o", str(out)]
+    if "--collective" not in args:
+        base += ["--collective", "allreduce"]
+    proc = run(*base, *args)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and key in lines[0], proc.stderr
+    assert not out.exists()
+
+
+def test_refuses_a_folder_it_did_not_write(small, tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    proc = _compile(small, out, "--quiet", sizes="1KB")
+    assert proc.returncode == 2 and "did not write" in proc.stderr
+    assert os.listdir(out) == ["notes.txt"]
+    plain = tmp_path / "file"
+    plain.write_text("x")
+    proc = _compile(small, plain, "--quiet", sizes="1KB")
+    assert proc.returncode == 2 and "not a folder" in proc.stderr
+
+
+def test_dgx_a100_two_nodes_two_ranges_and_explain(tmp_path):
+    """The shipped default: at least two ranges, every file proved, explain picks the 1 KB and the 1 GB
+    file and names the divisibility rule for a size that does not divide."""
+    out = tmp_path / "algos"
+    proc = run("compile", "--hardware", "dgx-a100", "--nodes", "2", "--collective", "allreduce", "--methods",
+               "trees", "--sizes", "1KB,64MB", "-o", str(out), "--json", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    ranges = data["collectives"][0]["ranges"]
+    assert len(ranges) >= 2 and len(data["files"]) >= 2
+    small_file, large_file = ranges[0]["file"], ranges[-1]["file"]
+    for size, expected in ((1024, small_file), (1 << 30, large_file)):
+        proc = run("explain", str(out / "algorithms"), "--ranks", "16", "--bytes", str(size), "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["runs"].endswith(os.path.basename(expected))
+    proc = run("explain", str(out / "algorithms"), "--ranks", "16", "--bytes", "1000")
+    assert proc.returncode == 0 and "not a multiple of nchunksperloop" in proc.stdout
