@@ -1,4 +1,4 @@
-# Two commands do everything: `make demo` (install, then synthesize and verify a default schedule)
+# Two commands do everything: `make demo` (install, then compile the best files for the default machine)
 # and `make test` (the test suite, then .ci/wheel-check: a wheel installed outside the checkout must
 # work). CI (.ci/run) calls `make test`.
 PYTHON ?= python3
@@ -19,8 +19,8 @@ $(STAMP): pyproject.toml
 
 demo: install
 	@mkdir -p out
-	$(COLLS) synth --hardware dgx-a100 --nodes 2 --collective allreduce --method ring -o out/allreduce-dgx-a100-x2.xml
-	$(COLLS) verify out/allreduce-dgx-a100-x2.xml --hardware dgx-a100 --nodes 2
+	$(COLLS) compile --hardware dgx-a100 --nodes 2 --collective allreduce -o out/dgx-a100-x2
+	$(COLLS) explain out/dgx-a100-x2 --ranks 16 --bytes 1GB
 
 test: install
 	$(PY) -m pytest

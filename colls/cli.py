@@ -314,6 +314,12 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
         if sketch_path is not None:
             from colls.sketch import load_sketch
             options["sketch"] = load_sketch(sketch_path, topo, nodes)
+        elif not quiet:
+            from colls.sketch import derive_sketch, sketch_text
+            click.echo(f"colls: no --sketch: using this one, derived from the machine (`colls sketch derive "
+                       f"--hardware {hardware} --nodes {nodes} -o FILE` saves it to edit):", err=True)
+            for line in sketch_text(derive_sketch(topo)).splitlines():
+                click.echo(f"colls:   {line}", err=True)
         if not quiet and sys.stderr.isatty():
             options["progress"] = lambda line: click.echo(f"colls: {line}", err=True)
     coll = Collective(collective, topo.ngpus, chunks=chunks, root=root)
@@ -416,6 +422,43 @@ def compile_cmd(hardware, nodes, collective, output, target, root, methods, size
                f"(modelled on {topo.name}, {topo.ngpus} GPUs, target {target})")
     for line in comp.summary_lines(plans, target):
         click.echo(f"  {line}")
+
+
+@cli.group()
+def sketch():
+    """Communication sketches for the milp method (see sketches/README.md)."""
+
+
+@sketch.command("derive")
+@_hardware_options
+@without_option
+@click.option("-o", "--output", default=None, metavar="FILE", help="Write the sketch here (default: print it).")
+def sketch_derive(hardware, nodes, output):
+    """Print the sketch the milp method uses when none is given: a starting point to edit."""
+    from colls import files
+    from colls.sketch import derive_sketch, sketch_text
+    if output is not None:
+        files.check_output(output, "-o")
+    topo = _load(hardware, nodes)
+    text = sketch_text(derive_sketch(topo), comment=f"derived by colls sketch derive for {topo.name}; "
+                       "edit it and pass it with --sketch")
+    if output is None:
+        click.echo(text, nl=not text.endswith("\n"))
+    else:
+        files.write_atomic(output, text, option="-o")
+        click.echo(f"wrote {output}")
+
+
+@sketch.command("check")
+@click.argument("path", metavar="FILE")
+@_hardware_options
+@without_option
+def sketch_check(path, hardware, nodes):
+    """Check a sketch (colls YAML or TACCL JSON) against a machine; exit 2 with the first problem."""
+    from colls.sketch import load_sketch
+    topo = _load(hardware, nodes)
+    load_sketch(path, topo, nodes)
+    click.echo(f"{path}: a valid sketch for {topo.name}")
 
 
 @cli.command(name="verify")

@@ -2,8 +2,8 @@
 
 For each collective asked for, every method (:data:`METHODS`: ring, direct, trees, milp) synthesizes a
 schedule once; each is lowered again with 1, 2, 4 and 8 independent copies (``--instances``) while the
-target loads the result, and every copy count runs at each protocol (LL, LL128, Simple). The simulator
-(:mod:`colls.simulate`) times the fastest of those per method at every call size (the search skips a
+copies get channels of their own and the target loads the result, and every copy count runs at each
+protocol (LL, LL128, Simple). The simulator (:mod:`colls.simulate`) times the fastest of those per method at every call size (the search skips a
 configuration only when a proven lower bound shows it cannot win, :class:`colls.simulate.baseline.
 Fastest`), and times NCCL's own ring (and, for allreduce, its tree) at its best protocol and channel
 count. At each size the winner is the fastest file, unless the runtime's own algorithm is within
@@ -152,6 +152,9 @@ def _variants(topology, coll, name, target, options) -> Method:
     m.refused = None
     m.variants.append(first)
     for copies in COPIES[1:]:
+        last = m.variants[-1]
+        if last.program.nchannels * copies // last.facts["instances"] > last.target.max_channels:
+            break               # the copies would share channels: rarely faster, and slow to lay out
         try:
             m.variants.append(pipeline.relower(first, instances=copies))
         except CollsError:
@@ -324,10 +327,11 @@ def summary_lines(plans, target: str) -> list[str]:
         for r in p.ranges:
             ends = sorted({r.first, r.last})
             ours = ", ".join(f"{size_text(p.sizes[i])} {_bw(p.best_timing(i))}" for i in ends)
-            nccl = ", ".join(f"{size_text(p.sizes[i])} {_bw(p.nccl[i])}" for i in ends)
+            nccl = ", ".join(f"{size_text(p.sizes[i])} {_bw(p.nccl[i])} ({p.nccl[i].extra.get('algorithm')} "
+                             f"{p.nccl[i].extra.get('protocol')})" for i in ends)
             where = r.file or "no file"
             lines.append(f"{_label(p)} {_bytes_words(r, target)}: {_winner_words(r)} ({where}); busbw {ours} GB/s;"
-                         f" NCCL's modelled {nccl} GB/s" + (f"; {r.note}" if r.note else ""))
+                         f" NCCL's own, modelled: {nccl}" + (f"; {r.note}" if r.note else ""))
     return lines
 
 

@@ -238,13 +238,26 @@ def _entries(paths: list[str], tgt: Target):
         if tgt.name == "old":
             raise CollsError("--target old reads the files MSCCL_XML_FILES names, not a folder: give the files, "
                              "in their MSCCL_XML_FILES order", source=paths[0])
-        return _folder(paths[0], tgt)
+        return _folder(_algorithms_of(paths[0]), tgt)
     out = []
     for path in paths:
         if not os.path.lexists(path):
             raise CollsError("no such file or folder", source=path)
         out.append((path, fileio.read_text(path, fileio.MAX_XML_BYTES, option="FILE"), None))
     return out, {"files": list(paths)}, "readdir" if tgt.name == "rccl" else "given", []
+
+
+def _algorithms_of(folder: str) -> str:
+    """A folder ``colls compile`` wrote holds the runtime's folder in ``algorithms/`` (with README.md and env.sh
+    beside it, which the runtime must not see): explain that one."""
+    from colls.compile import ALGORITHMS, MARKER
+    inner = os.path.join(folder, ALGORITHMS)
+    try:
+        with open(os.path.join(folder, "README.md"), encoding="utf-8", errors="replace") as fh:
+            ours = fh.readline().strip() == MARKER
+    except OSError:
+        return folder
+    return inner if ours and os.path.isdir(inner) else folder
 
 
 def _folder(folder: str, tgt: Target):

@@ -333,3 +333,24 @@ def test_relay_needs_a_nic_path(tmp_path):
     assert info.value.key == "internode.relay.0"
     derived = derive_sketch(t)   # GPU 1 has no NIC: one sender, GPU 0, for both GPUs
     assert derived.senders == (0,) and derived.senders_of == ((0,), (0,))
+
+
+@pytest.mark.parametrize("profile", ["dgx-a100", "dgx-h100", "dgx2", "ndv2", "mi250"])
+def test_sketch_derive_prints_a_sketch_that_checks(profile, tmp_path):
+    """`colls sketch derive` prints (or writes) the default sketch; `colls sketch check` accepts it for the same
+    machine and refuses it, one line, exit 2, for another node count."""
+    import subprocess
+    import sys
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-c", "from colls.cli import main; main()", *args],
+                              capture_output=True, text=True)
+    printed = run("sketch", "derive", "--hardware", profile, "--nodes", "2")
+    assert printed.returncode == 0, printed.stderr
+    path = tmp_path / "s.yaml"
+    assert run("sketch", "derive", "--hardware", profile, "--nodes", "2", "-o", str(path)).returncode == 0
+    assert path.read_text() == printed.stdout
+    ok = run("sketch", "check", str(path), "--hardware", profile, "--nodes", "2")
+    assert ok.returncode == 0 and "valid sketch" in ok.stdout
+    bad = run("sketch", "check", str(path), "--hardware", profile, "--nodes", "1")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "nodes" in bad.stderr
