@@ -365,10 +365,12 @@ NCCL_STEPS_BYTES = 8          # a buffer holds NCCL_STEPS slots of at least a by
               help="milp: a communication sketch (default: derived from the machine).")
 @click.option("--time-limit", type=float, default=None, metavar="SECONDS",
               help="milp: solver time per stage, CP-SAT deterministic seconds (default 10).")
+@click.option("--jobs", type=Whole(1, 1024), default=None, metavar="N",
+              help="Processes for the simulations (default: the processors available); the result is the same.")
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ranges as JSON.")
-def compile_cmd(hardware, nodes, collective, output, target, root, methods, sizes, sketch_path, time_limit, quiet,
-                as_json):
+def compile_cmd(hardware, nodes, collective, output, target, root, methods, sizes, sketch_path, time_limit, jobs,
+                quiet, as_json):
     """Choose the fastest file for every range of call sizes and write a folder the runtime loads.
 
     Every method is synthesized, proved and simulated from the smallest to the largest size beside
@@ -411,7 +413,7 @@ def compile_cmd(hardware, nodes, collective, output, target, root, methods, size
     say = (lambda line: None) if quiet else \
         (lambda line: click.echo(f"colls: [{time.perf_counter() - started:5.0f} s] {line}", err=True))
     plans = comp.plan(topo, kinds, target=target, root=root, sizes=size_list, methods=names, sketch=sketch,
-                      milp_options=milp_options, progress=say)
+                      milp_options=milp_options, jobs=jobs or comp.default_jobs(), progress=say)
     say("proving the chosen files")
     comp.lower_files(plans, target)
     written = comp.write(plans, output, topo, target)

@@ -27,6 +27,7 @@ give byte-identical files.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
 import tempfile
@@ -99,7 +100,7 @@ class Plan:
 
 
 def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes=None, methods=METHODS,
-         sketch=None, milp_options: dict | None = None,
+         sketch=None, milp_options: dict | None = None, jobs: int = 1,
          progress: Callable[[str], None] = lambda line: None) -> list[Plan]:
     """Synthesize, simulate and choose, for each collective in ``kinds`` (nothing is written)."""
     sizes = sorted(set(sizes or parse_sizes(DEFAULT_SIZES)))
@@ -117,17 +118,25 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
             options = dict(milp_options or {}, **({"sketch": sketch} if sketch is not None else {})) \
                 if name == "milp" else {}
             found.append(_variants(topology, coll, name, target, options))
-        progress(f"{kind}: simulating {len(sizes)} sizes from {size_text(sizes[0])} to {size_text(sizes[-1])}")
-        nccl = _nccl(topology, kind, coll.root, target, sizes, bound)
-        progress(f"{kind}: NCCL's own algorithm timed")
+        progress(f"{kind}: simulating {len(sizes)} sizes from {size_text(sizes[0])} to {size_text(sizes[-1])} "
+                 f"({jobs} process{'es' if jobs > 1 else ''})")
+        algorithms = ["ring"] + (["tree"] if kind == "allreduce" else [])
+        timers = [Baseline(topology, kind, a, root=coll.root, target=target) for a in algorithms]
         for m in found:
             if m.variants:
                 m.fastest = Fastest(topology, kind, [({"instances": c.facts["instances"], "index": i}, c.program,
                                                       None) for i, c in enumerate(m.variants)], target=target)
-                m.timings = []
-                for s in sizes:
-                    m.timings.append(m.fastest.time(s, bound))
-                progress(f"{kind}: {m.name} timed")
+                timers.append(m.fastest)
+        table = _time_all(timers, sizes, bound, jobs)
+        nccl = []
+        for i in range(len(sizes)):
+            best, algorithm = min(((table[k][i], a) for k, a in enumerate(algorithms)), key=lambda t: t[0].time_us)
+            best.extra = dict(best.extra, algorithm=algorithm)
+            nccl.append(best)
+        rest = iter(table[len(algorithms):])
+        for m in found:
+            if m.fastest is not None:
+                m.timings = next(rest)
         plans.append(Plan(kind, coll.root if rooted else None, sizes, found, nccl, bound,
                           _ranges(found, nccl, sizes, target)))
     if target == "old":
@@ -162,17 +171,41 @@ def _variants(topology, coll, name, target, options) -> Method:
     return m
 
 
-def _nccl(topology, kind, root, target, sizes, bound) -> list[Timing]:
-    """NCCL's own algorithm at each size: the faster of its ring and (allreduce) tree."""
-    algorithms = ["ring"] + (["tree"] if kind == "allreduce" else [])
-    lines = [Baseline(topology, kind, a, root=root, target=target) for a in algorithms]
-    out = []
-    for s in sizes:
-        timings = [(b.time(s, bound), b.algorithm) for b in lines]
-        best, algorithm = min(timings, key=lambda t: t[0].time_us)
-        best.extra = dict(best.extra, algorithm=algorithm)
-        out.append(best)
-    return out
+_TIMERS: tuple = ()        # (timers, sizes, bound) for the worker processes (inherited when they fork)
+
+
+def _time_all(timers, sizes, bound, jobs: int) -> list[list]:
+    """``timers[k].time(size, bound)`` for every timer and size: a table [k][i]. With ``jobs`` > 1 the cells
+    run in that many forked processes (the simulation is deterministic: the table is the same)."""
+    global _TIMERS
+    cells = [(k, i) for i in reversed(range(len(sizes))) for k in range(len(timers))]   # large sizes first
+    _TIMERS = (timers, sizes, bound)
+    try:
+        if jobs > 1 and len(cells) > 1 and "fork" in multiprocessing.get_all_start_methods():
+            with multiprocessing.get_context("fork").Pool(min(jobs, len(cells))) as pool:
+                values = pool.map(_time_cell, cells, chunksize=1)
+        else:
+            values = [_time_cell(c) for c in cells]
+    finally:
+        _TIMERS = ()
+    table = [[None] * len(sizes) for _ in timers]
+    for (k, i), value in zip(cells, values):
+        table[k][i] = value
+    return table
+
+
+def _time_cell(cell):
+    timers, sizes, bound = _TIMERS
+    k, i = cell
+    return timers[k].time(sizes[i], bound)
+
+
+def default_jobs() -> int:
+    """The processors this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def _ranges(methods, nccl, sizes, target) -> list[Range]:
