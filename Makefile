@@ -34,6 +34,7 @@ bench: install
 	$(PY) bench/scale.py
 	$(PY) bench/calibrate.py
 	$(PY) bench/simulate.py
+	$(PY) bench/milp.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

@@ -23,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 RESULTS = HERE / "RESULTS.md"
+MILP_BEGIN, MILP_END = "<!-- bench/milp.py -->", "<!-- /bench/milp.py -->"
 CACHE = HERE / "simulated.json"
 PLOTS = HERE / "plots"
 PROFILES = ("dgx-a100", "dgx-h100", "dgx2", "ndv2", "mi250")
@@ -122,7 +123,12 @@ def write_markdown(data: dict, keys: list[str], args) -> None:
             if plot.exists():
                 lines.append(f"|  | [plot](plots/{plot.name}) |" + " |" * (len(SHOWN) + 2))
         lines.append("")
-    RESULTS.write_text("\n".join(lines) + "\n")
+    kept = ""                                  # bench/milp.py's section is its own: keep it
+    if RESULTS.exists():
+        text = RESULTS.read_text()
+        if MILP_BEGIN in text and MILP_END in text:
+            kept = text[text.index(MILP_BEGIN):text.index(MILP_END) + len(MILP_END)] + "\n"
+    RESULTS.write_text("\n".join(lines) + "\n" + ("\n" + kept if kept else ""))
 
 
 def plot_group(data: dict, profile: str, nodes: str, kind: str) -> None:
