@@ -232,3 +232,19 @@ def test_the_cli_refuses_bad_items_and_writes_nothing(tmp_path, command, items, 
     assert rc == 2 and not stdout, err
     assert err.startswith("colls: error: ") and message in err and err.count("\n") == 1
     assert os.listdir(tmp_path) == []
+
+
+def test_summary_never_claims_more_than_the_optimum(tmp_path):
+    """On an uneven machine a trees allreduce can pass the best reduce-scatter-then-allgather bound: the
+    summary then says the bound is no limit, instead of a share above 100% of an 'optimum'."""
+    import re
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-c", "from colls.cli import main; main()", "synth", "--hardware",
+                           "dgx-a100", "--collective", "allreduce", "--method", "trees", "--without",
+                           "link:0-n0.nvswitch", "-o", str(tmp_path / "x.xml"), "--no-simulate"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    shares = [float(x) for x in re.findall(r"([0-9.]+)% of the", proc.stdout)]
+    assert all(x <= 100.0 for x in shares)
+    assert shares or "which is no limit for this schedule" in proc.stdout
