@@ -138,7 +138,7 @@ def compare_markdown(results: dict) -> str:
                      f"{model} |")
         if "error" in mi:
             why.append(f"- {profile_nodes} {kind}: milp refused: {mi['error'][:160]}")
-    lines += ["", "m = milp, r = ring, t = trees; the fastest in bold.", "",
+    lines += ["", "m = milp, r = ring, t = trees; the fastest in bold (a tie goes to the first listed, and counts as a milp win); `n/a` for ring or trees on the NDv2 and MI250 meshes: their chunks per loop (48, 96, 224, 416) have odd factors, which no power-of-two size divides (the runtime would run its own algorithm); trees makes no alltoall.", "",
               "Where milp does not win: its model is alpha-beta on links only (one transfer per link at a time, a "
               "fixed latency per transfer), while the runtime (and the simulator) also charges the launch, a fixed "
               "cost per message and one threadblock's copy rate; trees and rings pipeline more chunks over more "
