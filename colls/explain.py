@@ -275,9 +275,6 @@ def _folder(folder: str, tgt: Target):
     except OSError as e:
         raise CollsError(f"cannot list the folder ({(e.strerror or type(e).__name__).lower()})",
                          source=folder) from None
-    if not names:
-        raise CollsError("the folder holds no file the runtime would read (it reads regular files and symbolic "
-                         "links)", source=folder)
     names.sort(key=os.fsencode)              # std::set<std::string> of the full paths: byte order
     ignored.sort(key=lambda item: os.fsencode(item[0]))
     out = []
@@ -570,6 +567,10 @@ def explain(paths, *, ranks: int, size, collective: str | None = None, dtype: st
     size, tgt = _parse_call_options(size, dtype, ranks, channels, target)
     entries, source, order, ignored = _entries([os.fspath(p) for p in paths], tgt)
     results = [_load(i, path, text, error, tgt) for i, (path, text, error) in enumerate(entries)]
+    if not results and collective is None:
+        raise CollsError("holds no file the runtime would read (regular files and symbolic links): every call "
+                         "runs the runtime's own algorithm; give --collective to explain a call anyway",
+                         source=paths[0] if len(paths) == 1 else None, key=None if len(paths) == 1 else "DIR|FILE")
     kind = collective or _infer_kind(results, tgt)
     call = Call(kind, ranks, size, dtype, inplace, channels or tgt.max_channels, channels is not None, tgt)
     _check_per_rank(call)
