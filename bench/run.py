@@ -41,6 +41,9 @@ CASES = [
     ("sweep-ring-allreduce-dgx-a100x4", "dgx-a100", 4, "sweep:ring", "allreduce", 20.0),
     ("sweep-trees-allgather-dgx-a100x4", "dgx-a100", 4, "sweep:trees", "allgather", 20.0),
     ("sweep-trees-allreduce-dgx-a100x4", "dgx-a100", 4, "sweep:trees", "allreduce", 20.0),
+    # colls compile (make demo's case): every method at every default size beside NCCL's own
+    ("compile-allreduce-dgx-a100x2", "dgx-a100", 2, "compile", "allreduce", 120.0),
+    ("compile-allreduce-dgx-a100x2-1-process", "dgx-a100", 2, "compile:1", "allreduce", None),
 ]
 
 
@@ -75,6 +78,8 @@ def run_case(profile: str, nodes: int, what: str, kind: str) -> dict:
         out["seconds"] = round(time.perf_counter() - t0, 3)
         out["algbw_gbps"] = float(b.algbw)
         return out
+    if what.startswith("compile"):
+        return _compile_case(topo, what, kind, out)
     if ":" in what:
         return _simulate_case(topo, what, kind, out)
     result = pipeline.compile_schedule(topo, Collective(kind, topo.ngpus), what)
@@ -86,6 +91,21 @@ def run_case(profile: str, nodes: int, what: str, kind: str) -> dict:
     for k in ("synthesis_seconds", "k", "trees_per_gpu"):
         if k in info:
             out[k] = info[k]
+    return out
+
+
+def _compile_case(topo, what: str, kind: str, out: dict) -> dict:
+    """``colls compile``'s work (every method, default sizes, NCCL's own beside) without writing; ``compile:1``
+    in one process, ``compile`` in as many as the machine has."""
+    from colls import compile as comp
+    jobs = 1 if what == "compile:1" else comp.default_jobs()
+    t0 = time.perf_counter()
+    plans = comp.plan(topo, [kind], jobs=jobs)
+    comp.lower_files(plans, "exe")
+    out["seconds"] = round(time.perf_counter() - t0, 3)
+    out["jobs"] = jobs
+    out["ranges"] = [f"{r.min_bytes}-{r.max_bytes or 'max'}: {r.winner and '/'.join(map(str, r.winner)) or 'nccl'}"
+                     for p in plans for r in p.ranges]
     return out
 
 
@@ -111,6 +131,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
     results = {"machine": machine(), "cases": {}}
+    if args.only and Path(args.out).exists():       # a partial run updates its cases and keeps the others
+        results["cases"] = json.loads(Path(args.out).read_text()).get("cases", {})
     for name, profile, nodes, what, kind, target in CASES:
         if args.only and args.only not in name:
             continue
