@@ -273,7 +273,8 @@ def write(plans, directory: str, topology, target: str) -> list[str]:
     parent = os.path.dirname(os.path.abspath(directory))
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.", suffix=".tmp", dir=parent)
     try:
-        os.mkdir(os.path.join(tmp, ALGORITHMS))
+        os.chmod(tmp, 0o755)            # mkdtemp's 0700 would hide the folder from the job's other users
+        os.mkdir(os.path.join(tmp, ALGORITHMS), 0o755)
         written = []
         for p in plans:
             for r in p.ranges:
@@ -284,7 +285,6 @@ def write(plans, directory: str, topology, target: str) -> list[str]:
             _plot(p, topology, os.path.join(tmp, f"{_label(p)}.png"))
         write_atomic(os.path.join(tmp, "README.md"), readme(plans, topology, target), option="-o")
         write_atomic(os.path.join(tmp, "env.sh"), env_sh(plans, target), option="-o")
-        os.chmod(os.path.join(tmp, "env.sh"), 0o644)
         _swap(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

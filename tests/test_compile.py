@@ -117,6 +117,8 @@ def test_readme_env_and_plot(compiled):
     env = (out / "env.sh").read_text()
     assert 'export MSCCL_ALGO_DIR="$_colls_dir/algorithms"' in env and "NCCL_MSCCL_ENABLE=1" in env
     assert (out / "allreduce.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for path in (out, out / "algorithms"):          # readable by the job's other users, like the files
+        assert os.stat(path).st_mode & 0o755 == 0o755
     assert set(os.listdir(out / "algorithms")) == {os.path.basename(f) for f in data["files"]}
 
 
