@@ -88,9 +88,10 @@ class Plan:
     nccl: list                   # Timing per size (the faster of NCCL's ring and tree)
     bound: object
     ranges: list
+    notes: list = field(default_factory=list)
 
-    def best_timing(self, i: int) -> Timing:
-        """The timing the chosen configuration gives at size index ``i``."""
+    def best_timing(self, i: int) -> Timing | None:
+        """The timing the chosen configuration gives at size index ``i`` (None: NCCL's own, not modelled)."""
         for r in self.ranges:
             if r.first <= i <= r.last:
                 if r.winner is None:
@@ -120,8 +121,15 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
             found.append(_variants(topology, coll, name, target, options))
         progress(f"{kind}: simulating {len(sizes)} sizes from {size_text(sizes[0])} to {size_text(sizes[-1])} "
                  f"({jobs} process{'es' if jobs > 1 else ''})")
-        algorithms = ["ring"] + (["tree"] if kind == "allreduce" else [])
-        timers = [Baseline(topology, kind, a, root=coll.root, target=target) for a in algorithms]
+        algorithms, timers, notes = [], [], []
+        for a in ["ring"] + (["tree"] if kind == "allreduce" else []):
+            try:
+                timers.append(Baseline(topology, kind, a, root=coll.root, target=target))
+                algorithms.append(a)
+            except CollsError as e:            # e.g. a degraded machine with no link a tree edge needs
+                notes.append(f"NCCL's {a} is not modelled on this machine ({e})")
+        if not algorithms:
+            notes.append("no NCCL algorithm could be modelled: every size goes to the fastest file")
         for m in found:
             if m.variants:
                 m.fastest = Fastest(topology, kind, [({"instances": c.facts["instances"], "index": i}, c.program,
@@ -130,6 +138,9 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
         table = _time_all(timers, sizes, bound, jobs)
         nccl = []
         for i in range(len(sizes)):
+            if not algorithms:
+                nccl.append(None)
+                continue
             best, algorithm = min(((table[k][i], a) for k, a in enumerate(algorithms)), key=lambda t: t[0].time_us)
             best.extra = dict(best.extra, algorithm=algorithm)
             nccl.append(best)
@@ -138,7 +149,7 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
             if m.fastest is not None:
                 m.timings = next(rest)
         plans.append(Plan(kind, coll.root if rooted else None, sizes, found, nccl, bound,
-                          _ranges(found, nccl, sizes, target)))
+                          _ranges(found, nccl, sizes, target), notes))
     if target == "old":
         _keep_old_files(plans)
     return plans
@@ -216,7 +227,7 @@ def _ranges(methods, nccl, sizes, target) -> list[Range]:
             t = m.timings[i] if m.timings else None
             if t is not None and (best is None or t.time_us < best[1].time_us * (1 - 1e-9)):
                 best = (m, t)
-        if best is None or best[1].time_us > nccl[i].time_us * (1 - MARGIN):
+        if best is None or (nccl[i] is not None and best[1].time_us > nccl[i].time_us * (1 - MARGIN)):
             winners.append(None)
         else:
             m, t = best
@@ -240,7 +251,9 @@ def _keep_old_files(plans) -> None:
     for p in plans:
         for r in p.ranges:
             if r.winner is not None:
-                saved = sum(p.nccl[i].time_us - p.best_timing(i).time_us for i in range(r.first, r.last + 1))
+                # the time saved over NCCL (when NCCL is not modelled: the time the file takes)
+                saved = sum(p.nccl[i].time_us - p.best_timing(i).time_us if p.nccl[i] is not None
+                            else p.best_timing(i).time_us for i in range(r.first, r.last + 1))
                 ranked.append((-saved, p.kind, r.first, r))
     ranked.sort(key=lambda x: x[:3])
     for _, _, _, r in ranked[OLD_MAX_FILES:]:
@@ -349,6 +362,12 @@ def _bytes_words(r: Range, target: str) -> str:
     return f"{lo} to {size_text(hi)}"
 
 
+def _nccl_words(t: Timing | None) -> str:
+    if t is None:
+        return "not modelled"
+    return f"{_bw(t)} ({t.extra.get('algorithm')} {t.extra.get('protocol')})"
+
+
 def _bw(t: Timing | None) -> str:
     return "n/a" if t is None or not t.served else f"{t.busbw_gbps:.3g}"
 
@@ -357,11 +376,11 @@ def summary_lines(plans, target: str) -> list[str]:
     """One line per range: sizes, what runs, modelled busbw at the range's ends beside NCCL's."""
     lines = []
     for p in plans:
+        lines += [f"{_label(p)}: note: {n}" for n in p.notes]
         for r in p.ranges:
             ends = sorted({r.first, r.last})
             ours = ", ".join(f"{size_text(p.sizes[i])} {_bw(p.best_timing(i))}" for i in ends)
-            nccl = ", ".join(f"{size_text(p.sizes[i])} {_bw(p.nccl[i])} ({p.nccl[i].extra.get('algorithm')} "
-                             f"{p.nccl[i].extra.get('protocol')})" for i in ends)
+            nccl = ", ".join(f"{size_text(p.sizes[i])} {_nccl_words(p.nccl[i])}" for i in ends)
             where = r.file or "no file"
             lines.append(f"{_label(p)} {_bytes_words(r, target)}: {_winner_words(r)} ({where}); busbw {ours} GB/s;"
                          f" NCCL's own, modelled: {nccl}" + (f"; {r.note}" if r.note else ""))
@@ -382,12 +401,14 @@ def readme(plans, topology, target: str) -> str:
         for r in p.ranges:
             ends = sorted({r.first, r.last})
             ours = " / ".join(f"{size_text(p.sizes[i])}: {_bw(p.best_timing(i))}" for i in ends)
-            pct = " / ".join("n/a" if p.best_timing(i).bound_pct is None else f"{p.best_timing(i).bound_pct:.0f}%"
+            pct = " / ".join("n/a" if p.best_timing(i) is None or p.best_timing(i).bound_pct is None
+                             else f"{p.best_timing(i).bound_pct:.0f}%"
                              for i in ends)
-            nccl = " / ".join(f"{_bw(p.nccl[i])} ({p.nccl[i].extra.get('algorithm')} "
-                              f"{p.nccl[i].extra.get('protocol')})" for i in ends)
+            nccl = " / ".join(_nccl_words(p.nccl[i]) for i in ends)
             file = f"`{ALGORITHMS}/{r.file}`" if r.file else (r.note or "none")
             out.append(f"| {_bytes_words(r, target)} | {_winner_words(r)} | {file} | {ours} | {pct} | {nccl} |")
+        if p.notes:
+            out += [""] + [f"Note: {n}" for n in p.notes]
         refused = [m for m in p.methods if m.refused]
         if refused:
             out += ["", "Methods that made no file: " + "; ".join(f"{m.name}: {m.refused}" for m in refused)]
@@ -422,12 +443,13 @@ def env_sh(plans, target: str) -> str:
 def _plot(p: Plan, topology, path: str) -> None:
     from colls.plot import plot_curves
     from colls.simulate.report import bound_curve
-    curves = [("chosen", [(s, p.best_timing(i).algbw_gbps if p.best_timing(i).served else None)
+    curves = [("chosen", [(s, p.best_timing(i).algbw_gbps if p.best_timing(i) is not None else None)
                           for i, s in enumerate(p.sizes)])]
     for m in p.methods:
         if m.timings:
             curves.append((m.name, [(s, t.algbw_gbps if t is not None else None) for s, t in zip(p.sizes, m.timings)]))
-    curves.append(("NCCL (modelled)", [(s, t.algbw_gbps) for s, t in zip(p.sizes, p.nccl)]))
+    if any(t is not None for t in p.nccl):
+        curves.append(("NCCL (modelled)", [(s, t and t.algbw_gbps) for s, t in zip(p.sizes, p.nccl)]))
     bound = ("optimum (colls bound)", bound_curve(p.bound, p.sizes)) if p.bound is not None else None
     plot_curves(curves, path, title=f"{_label(p)} on {topology.name} ({topology.ngpus} GPUs)", bound=bound,
                 option="-o")
@@ -451,12 +473,12 @@ def to_json(plans, directory: str, written: list, target: str) -> dict:
                 "min_bytes": r.min_bytes, "max_bytes": r.max_bytes, "file": r.file and f"{ALGORITHMS}/{r.file}",
                 "method": r.winner and r.winner[0], "instances": r.winner and r.winner[1],
                 "protocol": r.winner and r.winner[2], "note": r.note,
-                "sizes": [{"size_bytes": p.sizes[i], "busbw_gbps": t.busbw_gbps, "bound_pct": t.bound_pct,
-                           "nccl_busbw_gbps": p.nccl[i].busbw_gbps}
+                "sizes": [{"size_bytes": p.sizes[i], "busbw_gbps": t and t.busbw_gbps, "bound_pct": t and t.bound_pct,
+                           "nccl_busbw_gbps": p.nccl[i] and p.nccl[i].busbw_gbps}
                           for i, t in zip(range(r.first, r.last + 1), timings)]})
         out["collectives"].append({
             "collective": p.kind, "root": p.root, "ranges": ranges,
             "refused": {m.name: m.refused for m in p.methods if m.refused},
             "methods": {m.name: [None if t is None else t.busbw_gbps for t in m.timings] for m in p.methods},
-            "sizes": p.sizes, "nccl_busbw_gbps": [t.busbw_gbps for t in p.nccl]})
+            "sizes": p.sizes, "nccl_busbw_gbps": [t and t.busbw_gbps for t in p.nccl], "notes": p.notes})
     return out

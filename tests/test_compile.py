@@ -247,3 +247,22 @@ def test_dgx_a100_two_nodes_two_ranges_and_explain(tmp_path):
         assert json.loads(proc.stdout)["runs"].endswith(os.path.basename(expected))
     proc = run("explain", str(out / "algorithms"), "--ranks", "16", "--bytes", "1000")
     assert proc.returncode == 0 and "not a multiple of nchunksperloop" in proc.stdout
+
+
+def test_without_reaches_compile(small, tmp_path):
+    """A degraded machine: the folder is compiled for it and says so."""
+    out = tmp_path / "algos"
+    proc = _compile(small, out, "--quiet", "--without", "nic:0:0", sizes="1KB,1MB")
+    assert proc.returncode == 0, proc.stderr
+    assert "without nic:0:0" in proc.stdout and "without nic:0:0" in (out / "README.md").read_text()
+
+
+def test_ranges_without_a_modelled_nccl_go_to_the_fastest_file():
+    class T:
+        def __init__(self, us):
+            self.time_us, self.served, self.extra = us, True, {"instances": 1, "protocol": "LL"}
+    ring = comp.Method("ring", timings=[T(5.0), None, T(9.0)])
+    trees = comp.Method("trees", timings=[T(6.0), T(7.0), None])
+    ranges = comp._ranges([ring, trees], [None, None, None], [1024, 2048, 4096], "exe")
+    assert [(r.first, r.last, r.winner[0]) for r in ranges] == [(0, 0, "ring"), (1, 1, "trees"), (2, 2, "ring")]
+    assert [(r.min_bytes, r.max_bytes) for r in ranges] == [(0, 1024), (1025, 2048), (2049, 0)]
