@@ -69,7 +69,7 @@ class Range:
 
     first: int                   # index of the first simulated size
     last: int                    # index of the last
-    winner: tuple | None         # (method, instances, protocol) or None: the runtime's own algorithm
+    winner: tuple | None         # (method, variant index, protocol) or None: the runtime's own algorithm
     min_bytes: int = 0
     max_bytes: int = 0           # 0: no limit (exe, rccl)
     file: str | None = None
@@ -156,19 +156,43 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
 
 
 def _variants(topology, coll, name, target, options) -> Method:
-    """The method's schedule at 1, 2, 4 and 8 copies, as far as the target loads them."""
+    """The method's schedule at 1, 2, 4 and 8 copies, as far as the target loads them. When its chunks per
+    loop are not a power of two (6 rings, 3 trees per GPU...), no power-of-two call divides them and the
+    runtime would never run it for nccl-tests' sizes: the nearest powers of two of rings or trees per GPU are
+    tried as well."""
     m = Method(name)
-    first = None
-    for mode in ("both", "outofplace"):
-        try:
-            first = pipeline.compile_schedule(topology, coll, name, target=target, mode=mode, options=options)
-            break
-        except CollsError as e:
-            m.refused = str(e)
-            if "in-place" not in str(e):
-                return m
+    first = _first(topology, coll, name, target, options, m)
     if first is None:
         return m
+    _copies(first, m)
+    count_key = {"ring": ("rings", "rings"), "trees": ("trees_per_gpu", "k")}.get(name)
+    ncpl = first.program.nchunksperloop
+    if count_key and ncpl & (ncpl - 1) and not options.get(count_key[0]):
+        count = first.schedule.info.get(count_key[1]) or 1
+        low = 1 << (count.bit_length() - 1)
+        for tried in sorted({low, 2 * low}):
+            other = _first(topology, coll, name, target, dict(options, **{count_key[0]: tried}), None)
+            if other is not None and not other.program.nchunksperloop & (other.program.nchunksperloop - 1):
+                _copies(other, m)
+    return m
+
+
+def _first(topology, coll, name, target, options, m: Method | None):
+    """The method's file (in-place and out-of-place, or out-of-place only); None and ``m.refused`` set when
+    it makes none."""
+    for mode in ("both", "outofplace"):
+        try:
+            return pipeline.compile_schedule(topology, coll, name, target=target, mode=mode, options=options)
+        except CollsError as e:
+            if m is not None:
+                m.refused = str(e)
+            if "in-place" not in str(e):
+                return None
+    return None
+
+
+def _copies(first, m: Method) -> None:
+    """``first`` and its copies, while they get channels of their own and the target loads them."""
     m.refused = None
     m.variants.append(first)
     for copies in COPIES[1:]:
@@ -179,7 +203,6 @@ def _variants(topology, coll, name, target, options) -> Method:
             m.variants.append(pipeline.relower(first, instances=copies))
         except CollsError:
             break
-    return m
 
 
 _TIMERS: tuple = ()        # (timers, sizes, bound) for the worker processes (inherited when they fork)
@@ -231,7 +254,7 @@ def _ranges(methods, nccl, sizes, target) -> list[Range]:
             winners.append(None)
         else:
             m, t = best
-            winners.append((m.name, t.extra["instances"], t.extra["protocol"]))
+            winners.append((m.name, t.extra["index"], t.extra["protocol"]))
     ranges = []
     for i, w in enumerate(winners):
         if ranges and ranges[-1].winner == w:
@@ -269,9 +292,9 @@ def lower_files(plans, target: str) -> None:
         for r in p.ranges:
             if r.winner is None:
                 continue
-            name, copies, proto = r.winner
-            m = next(m for m in p.methods if m.name == name)
-            base = next(c for c in m.variants if c.facts["instances"] == copies)
+            name, index, proto = r.winner
+            base = next(m for m in p.methods if m.name == name).variants[index]
+            copies = base.facts["instances"]
             r.compiled = pipeline.relower(base, proto=proto, min_bytes=r.min_bytes, max_bytes=r.max_bytes)
             count += 1
             root = f"-root{p.root}" if p.root is not None else ""
@@ -350,8 +373,9 @@ def _swap(tmp: str, directory: str) -> None:
 def _winner_words(r: Range) -> str:
     if r.winner is None:
         return "NCCL's own"
-    name, copies, proto = r.winner
-    return f"{name} {proto} x{copies}"
+    name, _, proto = r.winner
+    f = r.compiled.facts if r.compiled is not None else {}
+    return f"{name} {proto} x{f.get('instances', '?')}"
 
 
 def _bytes_words(r: Range, target: str) -> str:
@@ -471,7 +495,8 @@ def to_json(plans, directory: str, written: list, target: str) -> dict:
             timings = [p.best_timing(i) for i in range(r.first, r.last + 1)]
             ranges.append({
                 "min_bytes": r.min_bytes, "max_bytes": r.max_bytes, "file": r.file and f"{ALGORITHMS}/{r.file}",
-                "method": r.winner and r.winner[0], "instances": r.winner and r.winner[1],
+                "method": r.winner and r.winner[0], "instances": r.compiled and r.compiled.facts["instances"],
+                "chunks_per_loop": r.compiled and r.compiled.program.nchunksperloop,
                 "protocol": r.winner and r.winner[2], "note": r.note,
                 "sizes": [{"size_bytes": p.sizes[i], "busbw_gbps": t and t.busbw_gbps, "bound_pct": t and t.bound_pct,
                            "nccl_busbw_gbps": p.nccl[i] and p.nccl[i].busbw_gbps}

@@ -260,7 +260,7 @@ def test_without_reaches_compile(small, tmp_path):
 def test_ranges_without_a_modelled_nccl_go_to_the_fastest_file():
     class T:
         def __init__(self, us):
-            self.time_us, self.served, self.extra = us, True, {"instances": 1, "protocol": "LL"}
+            self.time_us, self.served, self.extra = us, True, {"index": 0, "protocol": "LL"}
     ring = comp.Method("ring", timings=[T(5.0), None, T(9.0)])
     trees = comp.Method("trees", timings=[T(6.0), T(7.0), None])
     ranges = comp._ranges([ring, trees], [None, None, None], [1024, 2048, 4096], "exe")
