@@ -274,13 +274,7 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
                          key="--inplace-only/--outofplace-only")
     mode = "inplace" if inplace_only else "outofplace" if outofplace_only else "both"
     files.check_output(output, "-o")
-    rooted = collective in ("broadcast", "reduce")
-    if rooted and root is None:
-        raise CollsError(f"a {collective} file computes the right result for one root only, and the runtime "
-                         f"uses it for every {collective} call whatever its root: give the root your calls use",
-                         key="--root")
-    if not rooted and root is not None:
-        raise CollsError(f"applies to broadcast and reduce only, not {collective}", key="--root")
+    _check_root_given([collective], root, collective)
     options = {}
     if rings is not None:
         options["rings"] = rings
@@ -392,12 +386,7 @@ def compile_cmd(hardware, nodes, collective, output, target, root, methods, size
         kinds = list(comp.ALL) + (["broadcast", "reduce"] if root is not None else [])
     else:
         kinds = [collective]
-    rooted = [k for k in kinds if k in ("broadcast", "reduce")]
-    if rooted and root is None:
-        raise CollsError(f"a {rooted[0]} file computes the right result for one root only: give the root your "
-                         f"calls use", key="--root")
-    if root is not None and not rooted:
-        raise CollsError(f"applies to broadcast and reduce only, not {collective}", key="--root")
+    _check_root_given(kinds, root, collective)
     comp.check_out(output)
     topo = _load(hardware, nodes)
     if root is not None:
@@ -618,6 +607,18 @@ def explain_cmd(paths, ranks, size, dtype, inplace, target, collective, channels
         _echo_json(result.to_dict())
     else:
         click.echo(result.format())
+
+
+def _check_root_given(kinds, root, collective: str) -> None:
+    """``--root`` is required when a rooted collective (broadcast, reduce) is among ``kinds``, and refused
+    when none is."""
+    rooted = [k for k in kinds if k in ("broadcast", "reduce")]
+    if rooted and root is None:
+        raise CollsError(f"a {rooted[0]} file computes the right result for one root only, and the runtime "
+                         f"uses it for every {rooted[0]} call whatever its root: give the root your calls use",
+                         key="--root")
+    if not rooted and root is not None:
+        raise CollsError(f"applies to broadcast and reduce only, not {collective}", key="--root")
 
 
 def _check_root(root: int, topo) -> None:

@@ -344,14 +344,18 @@ def _check_directory(directory: str) -> None:
     entries = os.listdir(directory)
     if not entries:
         return
-    try:
-        with open(os.path.join(directory, "README.md"), encoding="utf-8", errors="replace") as fh:
-            ours = fh.readline().strip() == MARKER
-    except OSError:
-        ours = False
-    if not ours:
+    if not written_here(directory):
         raise CollsError(f"{directory} is a folder colls compile did not write (it holds other files); give a "
                          f"new folder name, or an empty one", key="-o")
+
+
+def written_here(folder: str) -> bool:
+    """Whether ``folder`` is one this command wrote (its README.md starts with :data:`MARKER`)."""
+    try:
+        with open(os.path.join(folder, "README.md"), encoding="utf-8", errors="replace") as fh:
+            return fh.readline().strip() == MARKER
+    except OSError:
+        return False
 
 
 def _swap(tmp: str, directory: str) -> None:

@@ -250,14 +250,9 @@ def _entries(paths: list[str], tgt: Target):
 def _algorithms_of(folder: str) -> str:
     """A folder ``colls compile`` wrote holds the runtime's folder in ``algorithms/`` (with README.md and env.sh
     beside it, which the runtime must not see): explain that one."""
-    from colls.compile import ALGORITHMS, MARKER
+    from colls.compile import ALGORITHMS, written_here
     inner = os.path.join(folder, ALGORITHMS)
-    try:
-        with open(os.path.join(folder, "README.md"), encoding="utf-8", errors="replace") as fh:
-            ours = fh.readline().strip() == MARKER
-    except OSError:
-        return folder
-    return inner if ours and os.path.isdir(inner) else folder
+    return inner if written_here(folder) and os.path.isdir(inner) else folder
 
 
 def _folder(folder: str, tgt: Target):
