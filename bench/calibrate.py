@@ -42,7 +42,7 @@ FIGURES = [
 def main() -> None:
     from bench.run import machine
     from colls import bound as bounds
-    from colls import hardware
+    from colls.inputs import hardware
     from colls.simulate import size_text
     from colls.simulate.baseline import Baseline
     m = machine()

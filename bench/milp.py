@@ -27,12 +27,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from run import machine  # noqa: E402
 
-from colls import bound, hardware, pipeline  # noqa: E402
+from colls import bound, pipeline  # noqa: E402
+from colls.inputs import hardware  # noqa: E402
 from colls.collectives import Collective  # noqa: E402
 from colls.errors import CollsError  # noqa: E402
 from colls.simulate import simulate, size_text  # noqa: E402
 from colls.simulate.baseline import Fastest  # noqa: E402
-from colls.sketch import load_sketch  # noqa: E402
+from colls.inputs.sketch import load_sketch  # noqa: E402
 
 RESULTS = ROOT / "bench" / "milp.json"
 SKETCHES = ROOT / "tests" / "data" / "taccl"

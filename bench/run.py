@@ -19,7 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from colls import bound, hardware, pipeline  # noqa: E402
+from colls import bound, pipeline  # noqa: E402
+from colls.inputs import hardware  # noqa: E402
 from colls.collectives import Collective  # noqa: E402
 from colls.errors import CollsError  # noqa: E402
 

@@ -31,7 +31,8 @@ LIMIT_SECONDS = 60  # what a case may take on 2 cores
 
 def run_one(profile: str, nodes: int, method: str, kind: str, target: str) -> dict:
     """One case in this process: the outcome and its figures (called in the per-case subprocess)."""
-    from colls import hardware, pipeline
+    from colls import pipeline
+    from colls.inputs import hardware
     from colls.collectives import Collective
     from colls.errors import CollsError, LimitError
     t0 = time.perf_counter()

@@ -37,7 +37,8 @@ SHOWN = ("1KB", "64KB", "1MB", "16MB", "256MB", "4GB")   # table columns
 def run_one(profile: str, nodes: int, method: str, kind: str) -> dict:
     """One case in this process."""
     from colls import bound as bounds
-    from colls import hardware, pipeline
+    from colls import pipeline
+    from colls.inputs import hardware
     from colls.collectives import Collective
     from colls.errors import CollsError
     from colls.simulate import parse_sizes, size_text, sweep

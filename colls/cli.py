@@ -30,7 +30,7 @@ EXIT_INVALID = 1
 EXIT_INTERNAL = 1
 EXIT_BAD_INPUT = 2
 INT64_MAX = 2**63 - 1
-MAX_NODES = 100_000  # = colls.hardware.MAX_NODES (not imported: this module stays quick to load)
+MAX_NODES = 100_000  # = colls.inputs.hardware.MAX_NODES (not imported: this module stays quick to load)
 MAX_COPIES = 1024  # --instances, --rings, --trees-per-gpu, --chunks: far beyond any runtime's channels
 MAX_SMS = 10**6
 _state = {"debug": False}
@@ -98,7 +98,7 @@ def _hardware_options(f):
 
 def without_option(f):
     """``--without ITEM[,ITEM...]`` (repeatable): parts of the machine that have failed, removed by
-    :func:`_load` (colls.degrade). One line gives any command that loads a machine the option."""
+    :func:`_load` (colls.inputs.degrade). One line gives any command that loads a machine the option."""
     return click.option("--without", "without", multiple=True, expose_value=False, callback=_keep("without"),
                         metavar="ITEMS", help="Failed parts to leave out, comma-separated or repeated: "
                         "nic:NODE:INDEX, link:A-B[:K|:all] (A, B a GPU rank or a vertex such as n0.nvswitch; "
@@ -109,19 +109,19 @@ def _load(hardware: str, nodes: int, option: str = "--hardware", precheck=None):
     """The topology, without the parts ``--without`` names (where the command has that option)."""
     topo = _load_machine(hardware, nodes, option, precheck)
     if _state.get("without"):
-        from colls.degrade import degrade
+        from colls.inputs.degrade import degrade
         topo = degrade(topo, _state["without"])
     return topo
 
 
 def _load_machine(hardware: str, nodes: int, option: str, precheck):
     """The topology; an error that names no file (an unknown name, an empty one) names ``option``."""
-    from colls import hardware as hw
+    from colls.inputs import hardware as hw
     if nodes < 1:
         raise CollsError(f"must be >= 1, got {nodes}", key="--nodes")
     taccl = {k: _state.get(f"taccl_{k}") for k in ("shape", "chunk", "time_unit")}
     if _is_json(hardware):
-        from colls.taccl import load_taccl_profile
+        from colls.inputs.taccl import load_taccl_profile
         return load_taccl_profile(hardware, taccl["shape"], nodes, chunk=taccl["chunk"],
                                   time_unit=taccl["time_unit"])
     for name, value in taccl.items():
@@ -175,7 +175,7 @@ def hardware():
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def hardware_list(as_json):
     """List the shipped hardware profiles."""
-    from colls import hardware as hw
+    from colls.inputs import hardware as hw
     profiles = hw.list_profiles()
     if as_json:
         _echo_json(profiles)
@@ -191,7 +191,7 @@ def hardware_list(as_json):
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def hardware_show(name, nodes, as_json):
     """Summarize a profile (at --nodes N): GPUs, switches, NICs, link classes, bandwidths."""
-    from colls import hardware as hw
+    from colls.inputs import hardware as hw
     topo = _load(name, nodes, option="NAME")
     if as_json:
         _echo_json(hw.summarize(topo))
@@ -211,7 +211,8 @@ def hardware_show(name, nodes, as_json):
               help="GB/s per NVLink or xGMI link and direction, for a generation colls does not know.")
 def hardware_import(path, output, name, gpu_model, sms, link_bandwidth):
     """Turn one node's NCCL (or RCCL) topology dump (NCCL_TOPO_DUMP_FILE) into a node profile."""
-    from colls import files, nccl_topo
+    from colls import files
+    from colls.inputs import nccl_topo
     if output is not None:
         files.check_output(output, "-o")
     result = nccl_topo.import_dump(path, name=name, gpu_model=gpu_model, sms=sms, link_bandwidth=link_bandwidth)
@@ -306,10 +307,10 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
     _check_root(root, topo)
     if method == "milp":
         if sketch_path is not None:
-            from colls.sketch import load_sketch
+            from colls.inputs.sketch import load_sketch
             options["sketch"] = load_sketch(sketch_path, topo, nodes)
         elif not quiet:
-            from colls.sketch import derive_sketch, sketch_text
+            from colls.inputs.sketch import derive_sketch, sketch_text
             click.echo(f"colls: no --sketch: using this one, derived from the machine (`colls sketch derive "
                        f"--hardware {hardware} --nodes {nodes} -o FILE` saves it to edit):", err=True)
             for line in sketch_text(derive_sketch(topo)).splitlines():
@@ -396,7 +397,7 @@ def compile_cmd(hardware, nodes, collective, output, target, root, methods, size
         milp_options["time_limit"] = time_limit
     sketch = None
     if sketch_path is not None:
-        from colls.sketch import load_sketch
+        from colls.inputs.sketch import load_sketch
         sketch = load_sketch(sketch_path, topo, nodes)
     started = time.perf_counter()
     say = (lambda line: None) if quiet else \
@@ -427,7 +428,7 @@ def sketch():
 def sketch_derive(hardware, nodes, output):
     """Print the sketch the milp method uses when none is given: a starting point to edit."""
     from colls import files
-    from colls.sketch import derive_sketch, sketch_text
+    from colls.inputs.sketch import derive_sketch, sketch_text
     if output is not None:
         files.check_output(output, "-o")
     topo = _load(hardware, nodes)
@@ -446,7 +447,7 @@ def sketch_derive(hardware, nodes, output):
 @without_option
 def sketch_check(path, hardware, nodes):
     """Check a sketch (colls YAML or TACCL JSON) against a machine; exit 2 with the first problem."""
-    from colls.sketch import load_sketch
+    from colls.inputs.sketch import load_sketch
     topo = _load(hardware, nodes)
     load_sketch(path, topo, nodes)
     click.echo(f"{path}: a valid sketch for {topo.name}")

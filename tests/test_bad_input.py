@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from colls import cli, hardware
+from colls import cli
+from colls.inputs import hardware
 
 TINY = """\
 name: tiny
@@ -391,7 +392,7 @@ def test_output_symlink_to_a_regular_file_writes_the_file(tmp_path):
     assert stat.S_ISREG(os.stat(real).st_mode)
 
 
-INTERNAL = ("import colls.hardware as hw\n"
+INTERNAL = ("import colls.inputs.hardware as hw\n"
             "def broken():\n"
             "    raise KeyError('bug in the code')\n"
             "hw.list_profiles = broken\n"

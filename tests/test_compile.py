@@ -133,7 +133,7 @@ def test_rerun_is_byte_identical_and_replaces_the_folder(small, compiled, tmp_pa
 
 
 def test_a_failed_run_leaves_the_folder_as_it_was(small, compiled, tmp_path, monkeypatch):
-    from colls import hardware as hw
+    from colls.inputs import hardware as hw
     out, _ = compiled
     target = tmp_path / "algos"
     shutil.copytree(out, target)

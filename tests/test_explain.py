@@ -7,7 +7,8 @@ import shutil
 import pytest
 
 from colls import explain as ex
-from colls import hardware, pipeline
+from colls import pipeline
+from colls.inputs import hardware
 from colls.cli import main
 from colls.collectives import Collective
 from colls.errors import CollsError

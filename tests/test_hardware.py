@@ -1,4 +1,4 @@
-"""Tests for colls.hardware: shipped profiles, cluster construction, the graph form, and error messages."""
+"""Tests for colls.inputs.hardware: shipped profiles, cluster construction, the graph form, and error messages."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from colls.errors import CollsError
-from colls.hardware import format_summary, list_profiles, load_topology, summarize
+from colls.inputs.hardware import format_summary, list_profiles, load_topology, summarize
 from colls.topology import GPU, NIC, SWITCH
 
 # The published link multiplicity matrices, typed once for all tests (tests/topos.py cites them).

@@ -13,10 +13,10 @@ import pytest
 from colls import pipeline
 from colls.collectives import Collective
 from colls.errors import CollsError
-from colls.hardware import load_topology
-from colls.sketch import derive_sketch, load_sketch
+from colls.inputs.hardware import load_topology
+from colls.inputs.sketch import derive_sketch, load_sketch
 from colls.synth import milp
-from colls.taccl import load_taccl_profile
+from colls.inputs.taccl import load_taccl_profile
 
 import topos
 
@@ -134,7 +134,7 @@ def test_cli_options_belong_to_milp(tmp_path):
 def test_summary_compares_with_ring_and_trees_at_the_model_size():
     """The milp summary gives the model's objective, the solver's bound, the latency floor and the simulated
     time at the size it was solved for beside ring and trees; when milp is not fastest it says why."""
-    from colls import hardware as hw
+    from colls.inputs import hardware as hw
     from colls import pipeline
     from colls.collectives import Collective
     from colls.simulate import summary

@@ -9,7 +9,8 @@ from collections import defaultdict
 import pytest
 
 import topos
-from colls import hardware, verify
+from colls import verify
+from colls.inputs import hardware
 from colls.collectives import KINDS, Collective
 from colls.errors import CollsError
 from colls.simulate.nccl import (ALGORITHMS, btree_parent, dtree_parents, nccl_program, tree_parents,

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from colls import bound, cli, hardware, nccl_topo
+from colls import bound, cli
+from colls.inputs import hardware, nccl_topo
 from colls.collectives import KINDS
 from colls.errors import CollsError
 
@@ -80,7 +81,7 @@ def test_profiles_say_what_they_are_made_of():
     h100 = nccl_topo.import_dump(str(DATA / "dgx-h100.xml")).profile
     assert h100["switches"][0]["links"] == 18 and h100["link_classes"]["ib-400g"]["bandwidth"] == 50
     ndv2 = nccl_topo.import_dump(str(DATA / "ndv2.xml")).profile
-    assert ndv2["direct"]["matrix"] == yaml.safe_load((Path(hardware.__file__).parent.parent / "hardware" /
+    assert ndv2["direct"]["matrix"] == yaml.safe_load((Path(__file__).parent.parent / "hardware" /
                                                        "ndv2.yaml").read_text())["direct"]["matrix"]
     # one NIC on CPU 0: GPUs 0-3 by their CPU, GPUs 4-7 (no NIC on CPU 1) across the CPUs
     assert ndv2["nics"] == [{"class": "ib-100g", "gpus": list(range(8))}] and ndv2["network"]["layout"] == "single"

@@ -3,7 +3,8 @@ fabric allows), written files verify for exe and rccl, in-place and out-of-place
 
 import pytest
 
-from colls import hardware, msccl, pipeline, verify
+from colls import msccl, pipeline, verify
+from colls.inputs import hardware
 from colls.collectives import KINDS, Collective
 from colls.errors import CollsError
 from colls.targets import TARGETS

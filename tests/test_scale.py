@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from colls import hardware, msccl, pipeline, verify
+from colls import msccl, pipeline, verify
+from colls.inputs import hardware
 from colls.collectives import KINDS, Collective
 from colls.errors import CollsError, LimitError
 from colls.targets import TARGETS

@@ -17,7 +17,7 @@ from colls import bound as bounds
 from colls import msccl, pipeline
 from colls.collectives import KINDS, Collective
 from colls.errors import CollsError
-from colls.hardware import load_topology
+from colls.inputs.hardware import load_topology
 from colls.simulate import SIZE_MULTIPLIED, parse_sizes, served, simulate, size_text, sweep
 from colls.simulate.engine import Machine, run
 from colls.simulate.model import for_protocol

@@ -1,4 +1,4 @@
-"""Tests for colls.sketch: both sketch forms, the checks against the machine, derive_sketch and the
+"""Tests for colls.inputs.sketch: both sketch forms, the checks against the machine, derive_sketch and the
 shipped sketches.
 
 tests/data/taccl/ holds TACCL's own example files, copied unchanged from microsoft/taccl
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from colls.errors import CollsError
-from colls.hardware import load_topology
-from colls.sketch import (Sketch, automorphism_mismatch, derive_sketch, load_sketch, sketch_text,
+from colls.inputs.hardware import load_topology
+from colls.inputs.sketch import (Sketch, automorphism_mismatch, derive_sketch, load_sketch, sketch_text,
                           symmetry_permutation)
-from colls.taccl import load_taccl_profile
+from colls.inputs.taccl import load_taccl_profile
 
 ROOT = Path(__file__).parent.parent
 DATA = Path(__file__).parent / "data" / "taccl"

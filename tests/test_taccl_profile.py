@@ -1,4 +1,4 @@
-"""Tests for colls.taccl: TACCL's topology profile JSON read unchanged, its shapes, units and mistakes.
+"""Tests for colls.inputs.taccl: TACCL's topology profile JSON read unchanged, its shapes, units and mistakes.
 
 tests/data/taccl/ holds TACCL's own example files, copied unchanged from microsoft/taccl
 (taccl/examples/topo and taccl/examples/sketch).
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from colls.errors import CollsError
-from colls.hardware import format_summary, load_topology
-from colls.taccl import NDV2_DOUBLE, load_taccl_profile
+from colls.inputs.hardware import format_summary, load_topology
+from colls.inputs.taccl import NDV2_DOUBLE, load_taccl_profile
 from colls.topology import NIC, SWITCH
 
 DATA = Path(__file__).parent / "data" / "taccl"

@@ -1,7 +1,7 @@
 """Tests of the trees method: switch splitting, spanning-tree packing, and the schedules built on them.
 
 Fixtures are built here (bandwidths are test values shaped like the machines of
-the shipped profiles, hardware/*.yaml, not measurements); the shipped profiles come from colls.hardware.
+the shipped profiles, hardware/*.yaml, not measurements); the shipped profiles come from colls.inputs.hardware.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from colls.bound import allgather_bound, bound, reducescatter_bound
 from colls.collectives import Collective
 from colls.errors import CollsError
-from colls.hardware import load_topology
+from colls.inputs.hardware import load_topology
 from colls.lower import LowerOptions, lower
 from colls.synth import packing, splitting, trees
 from colls.targets import get_target
@@ -49,7 +49,7 @@ def nvswitch_node(gpus: int = 8, bw=300) -> Topology:
 
 def rail_cluster(nodes: int = 2, gpn: int = 8, nvs=300, nic=25, spine: bool = True) -> Topology:
     """Nodes of ``gpn`` GPUs on a switch each, NIC j of every node on rail switch j, rails on a spine
-    (the layout colls.hardware builds for rails)."""
+    (the layout colls.inputs.hardware builds for rails)."""
     g = nx.DiGraph()
     for n in range(nodes):
         sw = f"n{n}.nvswitch"

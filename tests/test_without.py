@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from colls import bound, pipeline, verify
 from colls.cli import cli
 from colls.collectives import Collective
-from colls.degrade import degrade
+from colls.inputs.degrade import degrade
 from colls.errors import CollsError
-from colls.hardware import load_topology
+from colls.inputs.hardware import load_topology
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRAPH = """\

@@ -3,7 +3,7 @@
 Every figure here comes from the outside world and carries its source. The machine's own figures (link
 bandwidths, per-hop latencies) come from the hardware profile; a link class may also give an
 ``efficiency``, the fraction of its bandwidth that GPU-initiated transfers reach (see
-:mod:`colls.hardware`).
+:mod:`colls.inputs.hardware`).
 
 Protocols (NCCL ``src/include/device.h``, ``src/device/prims_ll.h``, ``prims_ll128.h``):
 

@@ -117,7 +117,7 @@ def nccl_program(topology: Topology, collective: Collective, algorithm: str, *, 
 
     Parameters
     ----------
-    topology : the machine (:func:`colls.hardware.load_topology`).
+    topology : the machine (:func:`colls.inputs.hardware.load_topology`).
     collective : the :class:`~colls.collectives.Collective`; broadcast and reduce use its root.
     algorithm : ``"ring"`` (every collective; alltoall as all-pairs sends) or ``"tree"`` (allreduce
         only: the double binary tree).

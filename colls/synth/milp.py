@@ -2,7 +2,7 @@
 
 The idea is TACCL's (A. Shah et al., "TACCL: Guiding Collective Algorithm Synthesis using
 Communication Sketches", NSDI 2023, arXiv:2111.04867; code: microsoft/taccl): a *communication
-sketch* (:mod:`colls.sketch`) says which GPU pairs may talk between nodes, which chunks may leave a node
+sketch* (:mod:`colls.inputs.sketch`) says which GPU pairs may talk between nodes, which chunks may leave a node
 through which GPU, which decisions are equal by symmetry and how finely buffers are cut, and that keeps
 an exact model of routing and scheduling small enough to solve. TACCL solves it in three stages on
 Gurobi (a routing MILP whose links carry load <= makespan, a greedy ordering, then a scheduling MILP).
@@ -123,7 +123,7 @@ from fractions import Fraction
 from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.schedule import Op, Schedule
-from colls.sketch import Sketch, derive_sketch, sketch_text, symmetry_permutation
+from colls.inputs.sketch import Sketch, derive_sketch, sketch_text, symmetry_permutation
 from colls.synth.common import schedule_facts
 from colls.synth.milp_model import Chunk, Connection, Problem, Settings, chunk_map, closure, solve
 from colls.topology import Topology
@@ -143,7 +143,7 @@ def synthesize(topology: Topology, collective: Collective, *, sketch: Sketch | N
 
     Parameters
     ----------
-    sketch : a checked :class:`~colls.sketch.Sketch`; default :func:`colls.sketch.derive_sketch`.
+    sketch : a checked :class:`~colls.inputs.sketch.Sketch`; default :func:`colls.inputs.sketch.derive_sketch`.
     time_limit : CP-SAT deterministic seconds per solve (module docstring); on the limit the
         best schedule found is used and ``info["gap"]`` says how far from the bound it may be.
     gap : stop at this relative gap (0: prove optimality or run to the limit); default 1%.

@@ -64,8 +64,8 @@ import yaml
 
 from colls.errors import EXCERPT_CHARS, CollsError, printable
 from colls.files import read_text
-from colls.hardware import _Checker, _join, _Loader, _read_yaml, _what  # noqa: PLC2701
-from colls.taccl import parse_json
+from colls.inputs.hardware import _Checker, _join, _Loader, _read_yaml, _what  # noqa: PLC2701
+from colls.inputs.taccl import parse_json
 from colls.topology import GPU, NIC, SWITCH, Topology, vertex_key
 
 STRATEGIES = ("switch", "none", "minmax", "maxmin")

@@ -12,7 +12,7 @@ NCCL writes what it knows about a node to ``NCCL_TOPO_DUMP_FILE`` (NCCL's ``src/
           <nic> <net name dev speed port latency guid ...> </nic>   one NIC port per <net>; speed in Mb/s
         <nic> ... </nic>                                            a NIC with no PCI address (virtual)
 
-and what becomes of them in the node profile (see :mod:`colls.hardware`):
+and what becomes of them in the node profile (see :mod:`colls.inputs.hardware`):
 
 - ``gpu``: one model per node. NVIDIA GPUs are told apart by ``<pci device>`` (:data:`NVIDIA_GPUS`; ``<gpu
   sm>`` is the compute capability, not the SM count); without a device id the compute capability picks
@@ -904,7 +904,7 @@ class _Builder:
 
     def _validate(self, text: str, profile: dict, multinode: bool) -> None:
         """The YAML reads back as ``profile`` and loads as a machine of 1 (and 2) nodes."""
-        from colls import hardware as hw
+        from colls.inputs import hardware as hw
         source = f"the profile imported from {self.d.source}"
         data = hw._read_yaml(source, text)
         if data != _plain(profile):
