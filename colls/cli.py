@@ -24,7 +24,7 @@ from colls import __version__
 from colls.collectives import KINDS, Collective
 from colls.errors import CollsError, excerpt, printable
 from colls.program import PROTOCOLS
-from colls.targets import TARGETS, get_target
+from colls.runtimes import TARGETS, get_target
 
 EXIT_INVALID = 1
 EXIT_INTERNAL = 1

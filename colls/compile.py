@@ -39,6 +39,7 @@ from colls import pipeline
 from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.files import check_output, write_atomic
+from colls.runtimes import get_target
 from colls.simulate import Timing, parse_sizes, size_text
 from colls.simulate.baseline import Baseline, Fastest
 
@@ -47,7 +48,7 @@ COPIES = (1, 2, 4, 8)
 MARGIN = 0.02               # a file must beat the runtime's own algorithm by 2% to claim a size
 DEFAULT_SIZES = "1KB:1GB:4"      # 1KB, 4KB, ..., 1GB: 11 sizes (the last range has no upper limit)
 ALL = ("allreduce", "allgather", "reducescatter", "alltoall")   # --collective all (+ rooted with --root)
-OLD_MAX_FILES = 4           # MSCCL_XML_FILES holds at most 4 files in the older runtime
+OLD_MAX_FILES = get_target("old").max_files  # MSCCL_XML_FILES holds at most 4 files in the older runtime
 MARKER = "<!-- written by colls compile -->"
 ALGORITHMS = "algorithms"
 

@@ -40,7 +40,7 @@ from colls.errors import CollsError, excerpt, printable
 from colls.msccl import parse
 from colls.program import Program
 from colls.simulate import SIZE_MULTIPLIED, parse_sizes, size_text
-from colls.targets import Target, get_target
+from colls.runtimes import Target, get_target
 from colls.verify import Report, verify
 from colls.verify.rules import EFFECTS, LOAD
 
@@ -50,14 +50,11 @@ DTYPES = {"int8": 1, "uint8": 1, "half": 2, "float16": 2, "bfloat16": 2, "int32"
           "float32": 4, "int64": 8, "uint64": 8, "double": 8, "float64": 8}
 MAX_RANKS = 1_000_000
 MAX_CHANNELS = 64                 # NCCL_MAX_NCHANNELS cannot exceed MAXCHANNELS (32 in NCCL, 64 in RCCL)
-OLD_DEFAULT_MAX_BYTES = 1 << 27   # microsoft/msccl: maxBytes absent -> 128 MiB ("sufficient for now")
-OLD_MAX_FILES = 4                 # microsoft/msccl: MSCCL_MAX_NUM_ALGOS
 _U64 = 1 << 64
 
 # What happened to each file, for one call.
 RUNS, MATCHES, SHADOWED, SKIPPED, FAILS, NOT_LOADED = (
     "runs", "matches", "shadowed", "skipped", "fails-to-load", "not-loaded")
-_OWN = {"exe": "NCCL's own algorithm", "old": "NCCL's own algorithm", "rccl": "RCCL's own algorithm"}
 
 
 @dataclass(frozen=True)
@@ -347,7 +344,7 @@ def _size_range(p: Program, call: Call) -> str | None:
     size = call.size
     if call.target.name == "old":
         lo = p.min_bytes if p.min_bytes is not None else 0
-        hi = p.max_bytes if p.max_bytes is not None else OLD_DEFAULT_MAX_BYTES
+        hi = p.max_bytes if p.max_bytes is not None else call.target.default_max_bytes
         absent = " (maxBytes absent: OLD's default, 128 MiB)" if p.max_bytes is None else ""
         if hi == 0:
             return ("maxBytes=0: OLD selects sizes in [minBytes, maxBytes), so no call selects this file (0 means "
@@ -407,7 +404,7 @@ def _passes(p: Program, call: Call) -> str:
     """What a selected file passed, in the order checked."""
     t = call.target
     if t.name == "old":
-        hi = p.max_bytes if p.max_bytes is not None else OLD_DEFAULT_MAX_BYTES
+        hi = p.max_bytes if p.max_bytes is not None else call.target.default_max_bytes
         span = f"[{p.min_bytes or 0}, {hi})"
         mode = f'inplace="{p.inplace}"'
     else:
@@ -479,9 +476,9 @@ def _first_wins(results: list[FileResult], call: Call, warnings: list[str]) -> F
         if old and r.match_check == "ngpus":
             r.status, r.reason = SKIPPED, r.match_reason
             continue
-        if old and loaded == OLD_MAX_FILES:
+        if old and loaded == call.target.max_files:
             r.status = NOT_LOADED
-            r.reason = (f"OLD loads at most {OLD_MAX_FILES} algorithms from MSCCL_XML_FILES and ignores the rest "
+            r.reason = (f"OLD loads at most {call.target.max_files} algorithms from MSCCL_XML_FILES and ignores the rest "
                         f"({_otherwise(r)})")
             continue
         loaded += 1
@@ -577,7 +574,7 @@ def explain(paths, *, ranks: int, size, collective: str | None = None, dtype: st
             else:
                 _judge(r, call)
     warnings: list[str] = []
-    desc, own = call.describe(), _OWN[tgt.name]
+    desc, own = call.describe(), tgt.own_algorithm
     if tgt.name == "rccl":
         candidates = _readdir_order(results, call, warnings)
         failing = [printable(r.path, 200) for r in results if not r.loads]

@@ -43,7 +43,7 @@ from colls.collectives import Collective
 from colls.errors import CollsError, LimitError
 from colls.program import Gpu, Program, Step, Threadblock
 from colls.schedule import TRANSIENT, Op, Schedule
-from colls.targets import Target
+from colls.runtimes import Target
 from colls.verify.execution import fifo_messages
 
 

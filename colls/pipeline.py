@@ -31,7 +31,7 @@ from colls.program import PROTOCOLS, Program
 from colls.schedule import Schedule
 from colls.simulate.summary import milp_words
 from colls.simulate.summary import words as summary_words
-from colls.targets import MAX_OFFSET, Target, get_target
+from colls.runtimes import MAX_OFFSET, Target, get_target
 from colls.topology import Topology
 
 MODES = ("both", "inplace", "outofplace")

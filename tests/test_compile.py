@@ -11,7 +11,7 @@ import pytest
 
 from colls import compile as comp
 from colls import explain, files, msccl, verify
-from colls.targets import get_target
+from colls.runtimes import get_target
 import subprocess
 import sys
 

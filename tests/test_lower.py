@@ -10,7 +10,7 @@ from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.lower import LowerOptions, lower
 from colls.schedule import Op, Schedule
-from colls.targets import TARGETS
+from colls.runtimes import TARGETS
 
 import oracle
 

@@ -7,7 +7,7 @@ from colls import msccl, pipeline, verify
 from colls.inputs import hardware
 from colls.collectives import KINDS, Collective
 from colls.errors import CollsError
-from colls.targets import TARGETS
+from colls.runtimes import TARGETS
 
 PROFILES = [p["name"] for p in hardware.list_profiles()]
 

@@ -10,7 +10,7 @@ from colls import msccl, pipeline, verify
 from colls.inputs import hardware
 from colls.collectives import KINDS, Collective
 from colls.errors import CollsError, LimitError
-from colls.targets import TARGETS
+from colls.runtimes import TARGETS
 
 # Words a refusal uses to say which limit or which applicability rule decided.
 LIMIT_WORDS = ("steps", "threadblocks", "channels", "elements", "int16", "no link", "no tree schedule",

@@ -20,7 +20,7 @@ from colls.errors import CollsError
 from colls.inputs.hardware import load_topology
 from colls.simulate import SIZE_MULTIPLIED, parse_sizes, served, simulate, size_text, sweep
 from colls.simulate.engine import Machine, run
-from colls.simulate.model import for_protocol
+from colls.runtimes.costs import for_protocol
 from colls.verify import verify
 
 DATA = Path(__file__).parent / "data"

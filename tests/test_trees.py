@@ -19,7 +19,7 @@ from colls.errors import CollsError
 from colls.inputs.hardware import load_topology
 from colls.lower import LowerOptions, lower
 from colls.synth import packing, splitting, trees
-from colls.targets import get_target
+from colls.runtimes import get_target
 from colls.topology import Topology
 
 GATHERS = ("allgather", "reducescatter", "allreduce")

@@ -3,7 +3,7 @@
 :func:`simulate` times one call size, :func:`sweep` a list of them; both return :class:`Timing` records
 with nccl-tests' figures (time, algbw, busbw), the share of the optimum (:mod:`colls.bound`) reached and
 the busiest link. The engine (:mod:`colls.simulate.engine`) and its cost model
-(:mod:`colls.simulate.model`) say what is modelled and where each figure comes from.
+(:mod:`colls.runtimes.costs`) say what is modelled and where each figure comes from.
 
 Which calls a file serves follows the runtime's selection (``mscclSchedulerSelectAlgo``): the per-rank
 element count must be a positive multiple of ``nchunksperloop``, the bytes within ``[minBytes, maxBytes]``
@@ -24,7 +24,7 @@ from colls.collectives import busbw_factor
 from colls.errors import CollsError
 from colls.program import Program
 from colls.simulate.engine import Machine, RunResult, run
-from colls.simulate.model import Model, for_protocol
+from colls.runtimes.costs import Model, for_protocol
 from colls.topology import Topology
 
 __all__ = ["Timing", "simulate", "sweep", "parse_sizes", "size_text", "SUMMARY_SIZES", "prepare"]

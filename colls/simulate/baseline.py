@@ -22,8 +22,8 @@ from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.simulate import Timing, simulate
 from colls.simulate.engine import Machine
-from colls.simulate.model import for_protocol
-from colls.targets import get_target
+from colls.runtimes.costs import for_protocol
+from colls.runtimes import get_target
 
 MAX_BASELINE_CHANNELS = 32          # NCCL's coll channels on 8-GPU NVSwitch nodes: 24 to 32 (NCCL_DEBUG=INFO)
 PROTOCOL_ORDER = ("Simple", "LL128", "LL")

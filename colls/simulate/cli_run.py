@@ -14,7 +14,7 @@ from colls.msccl import parse
 from colls.simulate import prepare, simulate, size_text
 from colls.simulate import report as rep
 from colls.simulate.baseline import Baseline, algorithm_of
-from colls.simulate.model import DATA_FRACTION, LAUNCH_US, STEP_US, for_protocol, tb_rate
+from colls.runtimes.costs import DATA_FRACTION, LAUNCH_US, STEP_US, for_protocol, tb_rate
 from colls.verify import verify
 
 

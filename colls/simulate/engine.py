@@ -20,7 +20,7 @@ What runs (``mscclRunInterpreter`` in the executor's ``msccl_kernel.cu``, ``mscc
   slots (2 messages for Simple, 8 for LL and LL128). A send waits for a free slot, a receive for a message
   that has fully arrived; the slot is freed when the receiving step is done with it.
 - **Costs of a message.** The threadblock first spends the model's fixed per-message cost (flag polling and
-  fences, :class:`colls.simulate.model.Model`), then moves the bytes. A message that crosses the fabric is
+  fences, :class:`colls.runtimes.costs.Model`), then moves the bytes. A message that crosses the fabric is
   a *flow* over the physical links of its route (:meth:`colls.topology.Topology.route`); the bytes on the
   wire are the data bytes divided by the protocol's data fraction (LL moves 8 data bytes per 16). Every
   link's bandwidth (times its class's ``efficiency``) is shared max-min fairly among the flows crossing it
@@ -54,7 +54,7 @@ import numpy as np
 
 from colls.errors import CollsError
 from colls.program import STEP_SEMANTICS, Program
-from colls.simulate.model import Model, tb_rate
+from colls.runtimes.costs import Model, tb_rate
 from colls.topology import Topology
 from colls.verify.execution import chunk_effective_bytes, fifo_messages, max_allowed_count
 from colls.verify.structure import kernel_numbers

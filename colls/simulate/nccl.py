@@ -103,7 +103,7 @@ from colls.program import PROTOCOLS, Program
 from colls.schedule import TRANSIENT, Op, Schedule
 from colls.synth.common import checked_route
 from colls.synth.ring import best_tour
-from colls.targets import Target, get_target
+from colls.runtimes import Target, get_target
 from colls.topology import NIC, Topology
 
 ALGORITHMS = ("ring", "tree")

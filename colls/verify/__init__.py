@@ -32,7 +32,7 @@ from dataclasses import replace
 from colls.collectives import KINDS
 from colls.msccl import Finding, parse, paused_gc
 from colls.program import Program
-from colls.targets import Target, get_target
+from colls.runtimes import Target, get_target
 from colls.verify import algo, communication, execution, limits, semantics, structure
 from colls.verify.context import ERROR, WARNING, Context
 from colls.verify.execution import FIFO_MESSAGES, NCCL_STEPS, fifo_messages
@@ -58,7 +58,7 @@ def verify(program: Program, target: Target | str, *, sms: int | None = None, bu
     Parameters
     ----------
     program: the Program (from :func:`colls.msccl.parse` or built in code; ``None`` fields are reported).
-    target: a :class:`~colls.targets.Target` or its name (``"exe"``, ``"rccl"``, ``"old"``).
+    target: a :class:`~colls.runtimes.Target` or its name (``"exe"``, ``"rccl"``, ``"old"``).
     sms: the GPU's SM count; when given, more thread blocks per gpu than SMs is an error.
     buffsize: the connection buffer in bytes of the file's protocol, where a site sets it (NCCL_BUFFSIZE for
         Simple, NCCL_LL_BUFFSIZE, NCCL_LL128_BUFFSIZE); it moves the call sizes at which a hang starts.

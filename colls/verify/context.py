@@ -10,7 +10,7 @@ from __future__ import annotations
 from colls.collectives import Collective
 from colls.msccl import Finding
 from colls.program import Program
-from colls.targets import Target
+from colls.runtimes import Target
 from colls.verify.rules import effect_of
 
 ERROR = "error"

@@ -1,7 +1,7 @@
 """Pass 3, limits: what the target runtime can hold (channels, thread blocks, steps, XML elements).
 
 Each limit is the runtime's own constant (``msccl_struct.h``, ``msccl_parser.h``), listed per target in
-:mod:`colls.targets`; beyond it the loader refuses the file or overruns a fixed array.
+:mod:`colls.runtimes`; beyond it the loader refuses the file or overruns a fixed array.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from colls.program import STEP_SEMANTICS, STEP_TYPES
 from colls.msccl import STEP_ATTRS
-from colls.targets import MAX_OFFSET
+from colls.runtimes import MAX_OFFSET
 from colls.verify.context import BUFFER_NAMES, BUFFERS, Context
 from colls.verify.rules import LOAD, MISREAD, UB, WRONG
 

@@ -1,0 +1,44 @@
+"""What one runtime is: the limits of its loader, how it picks a file for a call, and what it runs when no
+file fits. One :class:`Target` per runtime, defined in its own module (:mod:`.exe`, :mod:`.rccl`,
+:mod:`.old`) and registered in :mod:`colls.runtimes`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+
+# Every runtime stores step offsets as int16_t (mscclTransmission in msccl_struct.h).
+MAX_OFFSET = 2**15 - 1
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    description: str
+    max_steps: int                 # steps per threadblock (step index s < max_steps)
+    max_tbs: int                   # threadblocks per GPU (also capped by the GPU's SM count)
+    max_channels: int              # chan < max_channels
+    max_tbs_per_channel: int | None  # threadblocks with a send peer (and with a recv peer) per channel
+    max_elements: int | None       # XML elements parsed per rank (algo + gpu elements + own tbs/steps)
+    max_children: int | None       # children of one element
+    max_cnt: int                   # cnt < max_cnt
+    required_algo_attrs: tuple[str, ...]
+    colls: tuple[str, ...]         # the `coll` spellings it accepts
+    own_algorithm: str = "NCCL's own algorithm"   # what runs a call no file takes
+    load_order: str = "sorted"     # how it reads a folder: "sorted" (path byte order), "readdir" (undefined)
+    max_bytes_exclusive: bool = False  # selects sizes in [minBytes, maxBytes) instead of [minBytes, maxBytes]
+    default_max_bytes: int | None = None  # the maxBytes of a file without one (None: no limit)
+    max_files: int | None = None   # files it keeps at most (None: every file of its folder)
+
+    def coll_name(self, kind: str) -> str:
+        """How this runtime spells a collective in the `coll` attribute."""
+        if kind == "reducescatter" and self.name == "old":
+            return "reduce_scatter"
+        return kind
+
+    def kind_of(self, coll: str) -> str | None:
+        """The collective a `coll` spelling means for this runtime, or None if it does not know it."""
+        if coll not in self.colls:
+            return None
+        return "reducescatter" if coll == "reduce_scatter" else coll
