@@ -1,4 +1,4 @@
-"""Tests of colls.simulate.nccl: NCCL's own ring and double binary tree as MSCCL programs, each proven by
+"""Tests of colls.simulate.defaults: NCCL's own ring and double binary tree as MSCCL programs, each proven by
 the verifier, with NCCL's shapes (rings crossing once per node boundary on their own rails, complementary
 trees over the nodes) and refusals that name the option."""
 
@@ -13,7 +13,7 @@ from colls import verify
 from colls.inputs import hardware
 from colls.collectives import KINDS, Collective
 from colls.errors import CollsError
-from colls.simulate.nccl import (ALGORITHMS, btree_parent, dtree_parents, nccl_program, tree_parents,
+from colls.simulate.defaults import (ALGORITHMS, btree_parent, dtree_parents, nccl_program, tree_parents,
                                  tree_schedule)
 from colls.topology import NIC
 

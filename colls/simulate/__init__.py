@@ -17,27 +17,19 @@ of reduce-scatter), the runtime's ``nBytes``; 1 GB/s is 1000 bytes per microseco
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from colls.collectives import busbw_factor
-from colls.errors import CollsError
 from colls.program import Program
 from colls.simulate.engine import Machine, RunResult, run
 from colls.runtimes.costs import Model, for_protocol
 from colls.topology import Topology
+from colls.sizes import MAX_SIZE, MAX_SIZES, parse_sizes, size_text  # noqa: F401 (re-exported: the simulator's sizes)
 
 __all__ = ["Timing", "simulate", "sweep", "parse_sizes", "size_text", "SUMMARY_SIZES", "prepare"]
 
 SIZE_MULTIPLIED = ("allgather", "reducescatter", "alltoall")   # sizeMultiplier = ngpus (msccl_setup.cc)
 SUMMARY_SIZES = (1 << 10, 1 << 20, 1 << 30)                      # 1 KB, 1 MB, 1 GB: the synth summary
-MAX_SIZE = 1 << 40                                               # 1 TiB per call: beyond any GPU memory
-MAX_SIZES = 64                                                   # sizes in one sweep
-_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
-          "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TB": 1 << 40,
-          "TIB": 1 << 40}
-
-
 @dataclass
 class Timing:
     """One call size of one file (or one baseline) on one machine."""
@@ -67,56 +59,6 @@ class Timing:
                    busiest_link=self.busiest_link, busiest_link_utilisation=self.busiest_util,
                    passes=self.passes, extrapolated_passes=self.extrapolated_passes, **self.extra)
         return out
-
-
-def size_text(nbytes: int) -> str:
-    """``1024`` -> ``"1KB"``, ``3 << 20`` -> ``"3MB"``; other sizes in bytes (``"1000B"``)."""
-    for unit, scale in (("TB", 1 << 40), ("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
-        if nbytes >= scale and nbytes % scale == 0:
-            return f"{nbytes // scale}{unit}"
-    return f"{nbytes}B"
-
-
-def _one_size(text: str, key: str) -> int:
-    m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
-    if not m or m.group(2).upper() not in _UNITS:
-        raise CollsError(f"{text!r} is not a size (a whole number with an optional unit B, KB, MB, GB, TB; "
-                         "1KB = 1024 bytes)", key=key)
-    value = int(m.group(1)) * _UNITS[m.group(2).upper()]
-    if not 1 <= value <= MAX_SIZE:
-        raise CollsError(f"{text!r} is out of range: sizes are 1 byte to 1TB", key=key)
-    return value
-
-
-def parse_sizes(text: str, key: str = "--sizes") -> list[int]:
-    """``"1KB:4GB"`` (every power-of-two multiple from the first to the last), ``"1KB:1GB:4"`` (times 4
-    each time) or a comma list ``"8,1MB,1GB"``; sorted, without repeats."""
-    text = str(text)
-    if ":" in text:
-        parts = text.split(":")
-        if len(parts) not in (2, 3):
-            raise CollsError(f"{text!r}: write FIRST:LAST or FIRST:LAST:FACTOR", key=key)
-        lo, hi = _one_size(parts[0], key), _one_size(parts[1], key)
-        factor = 2
-        if len(parts) == 3:
-            if not parts[2].strip().isdigit() or not 2 <= int(parts[2]) <= 1024:
-                raise CollsError(f"{text!r}: the factor must be a whole number from 2 to 1024", key=key)
-            factor = int(parts[2])
-        if hi < lo:
-            raise CollsError(f"{text!r}: the last size is smaller than the first", key=key)
-        sizes = []
-        s = lo
-        while s <= hi and len(sizes) <= MAX_SIZES:
-            sizes.append(s)
-            s *= factor
-    else:
-        sizes = [_one_size(part, key) for part in text.split(",") if part.strip()]
-        if not sizes:
-            raise CollsError("no sizes given", key=key)
-    sizes = sorted(set(sizes))
-    if len(sizes) > MAX_SIZES:
-        raise CollsError(f"{text!r} gives more than {MAX_SIZES} sizes", key=key)
-    return sizes
 
 
 def served(program: Program, kind: str, size: int, *, inplace: bool = False, dtype_bytes: int = 4,
@@ -160,7 +102,7 @@ def simulate(program: Program, topology: Topology, kind: str, size: int, *, inpl
     program, topology : the file's Program and the machine it runs on (same number of GPUs).
     kind : the collective the file computes (as :func:`colls.verify.verify` infers it: ``facts["kind"]``).
     bound : a :class:`colls.bound.Bound` for the percentage of the optimum, or None.
-    native : a model of the runtime's own algorithm (:mod:`colls.simulate.nccl`): no file selection rules,
+    native : a model of the runtime's own algorithm (:mod:`colls.simulate.defaults`): no file selection rules,
         any size runs.
     timeline : keep per-link and per-threadblock intervals (:class:`~colls.simulate.engine.RunResult`).
     extrapolate : use the exact steady-state jump (off only to check it).

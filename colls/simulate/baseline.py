@@ -87,7 +87,7 @@ class Baseline:
     """NCCL's ``algorithm`` for one collective on one machine, laid out once per channel count."""
 
     def __init__(self, topology, kind: str, algorithm: str, *, root: int = 0, target: str = "exe"):
-        from colls.simulate.nccl import nccl_program
+        from colls.simulate.defaults import nccl_program
         self.topology, self.kind, self.algorithm = topology, kind, algorithm
         tgt = get_target(target)
         sms = topology.min_sms()

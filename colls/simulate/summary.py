@@ -1,5 +1,6 @@
 """The simulator's figures for a file ``colls synth`` has just written: busbw at 1 KB, 1 MB and 1 GB for
-its one-line summary, and (for ``--json``) the whole curve from 1 KB to 4 GB."""
+its one-line summary, and (for ``--json``) the whole curve from 1 KB to 4 GB. They go into the file's
+facts; :meth:`colls.pipeline.Compiled.summary` words them."""
 
 from __future__ import annotations
 
@@ -24,18 +25,6 @@ def add_to(compiled, curve: bool = False) -> None:
     f["simulated_calls"] = "in-place" if inplace else "out-of-place"
     if curve:
         f["simulated"] = [timings[s].to_dict() for s in sorted(timings)]
-
-
-def words(facts: dict) -> str | None:
-    """``"modelled busbw 1KB n/a, 1MB 12.3, 1GB 180.4 GB/s"`` (n/a: the runtime does not run the file for
-    that size, see ``colls simulate``)."""
-    sim = facts.get("simulated_busbw_gbps")
-    if not sim:
-        return None
-    parts = [f"{size} {'n/a' if v is None else f'{v:.3g}'}" for size, v in sim.items()]
-    reasons = list((facts.get("simulated_not_run") or {}).values())
-    note = f" (n/a: {reasons[0]})" if reasons else ""
-    return f"simulated busbw {', '.join(parts)} GB/s{note}"
 
 
 def add_milp_comparison(compiled) -> None:
@@ -83,28 +72,3 @@ def _served_size(message: int, programs, kind: str) -> int:
     for p in programs:
         unit = math.lcm(unit, 4 * (p.ngpus if kind in SIZE_MULTIPLIED else 1) * (p.nchunksperloop or 1))
     return max(unit, -(-message // unit) * unit)
-
-
-def milp_words(facts: dict) -> str | None:
-    """``"model 12.3 us (solver bound 11.0, latency floor 3.2); simulated at 1MB: milp 97.7 us, ring 136.9,
-    trees 84.8 (trees is faster: ...)"``."""
-    m = facts.get("milp_compare")
-    if not m:
-        return None
-
-    def us(v):
-        return "n/a" if v is None else f"{v:.4g}"
-    head = f"milp model {us(m['objective_us'])} us (solver bound {us(m['lower_bound_us'])} us"
-    if m.get("latency_floor_us") is not None:
-        head += f", latency floor {us(m['latency_floor_us'])} us"
-    times = {k: m.get(f"{k}_us") for k in ("milp", "ring", "trees") if f"{k}_us" in m}
-    parts = ", ".join(f"{k} {us(v)} us" for k, v in times.items())
-    line = f"{head}); simulated at {size_text(m['size_bytes'])}: {parts}"
-    timed = {k: v for k, v in times.items() if v is not None}
-    if timed and times.get("milp") is not None:
-        best = min(timed, key=timed.get)
-        if best != "milp":
-            line += (f" ({best} is faster here: the milp model's {us(m['objective_us'])} us counts link time "
-                     "only (alpha-beta); the simulator also charges the launch, a fixed cost per message and one "
-                     "threadblock's copy rate)")
-    return line
