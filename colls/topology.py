@@ -86,6 +86,10 @@ class Topology:
     def min_sms(self) -> int:
         return min(self.sms(r) for r in self.gpus)
 
+    def gpu_model(self) -> str | None:
+        """The GPU model name of rank 0 (profiles describe one model per machine)."""
+        return self.graph.nodes[self.gpus[0]].get("model") if self.gpus else None
+
     def vertices(self) -> list[Vertex]:
         return sorted(self.graph.nodes, key=vertex_key)
 

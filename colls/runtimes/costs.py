@@ -1,4 +1,4 @@
-"""The cost model of the simulator: what one threadblock, one step and one protocol cost.
+"""The cost model: what one call, one message and one threadblock cost, per GPU generation and its runtime.
 
 Every figure here comes from the outside world and carries its source. The machine's own figures (link
 bandwidths, per-hop latencies) come from the hardware profile; a link class may also give an
@@ -13,67 +13,136 @@ Protocols (NCCL ``src/include/device.h``, ``src/device/prims_ll.h``, ``prims_ll1
   (``NCCL_LL128_DATAELEMS``/``NCCL_LL128_LINEELEMS`` = 15/16).
 - **LL** writes 16-byte lines of 8 bytes of data and 8 of flag: half the bandwidth, the lowest latency.
 
-Fixed costs follow NCCL's own tuning model (``src/graph/tuning.cc``, NCCL 2.20.3): ``baseLat`` is the
-fixed cost of a call (kernel launch and set-up) and ``hwLat`` the latency of one step of a ring over
-NVLink, per protocol: LL 0.6 us, LL128 1.9 us, Simple 3.4 us. The LL figure is the transfer itself (a
-16-byte line and its flag), which the profile's per-hop latencies already model; what Simple and LL128 cost
-beyond it is their synchronization (flags, fences), charged here once per message as
-:attr:`Model.step_us`: LL 0, LL128 1.3 us, Simple 2.8 us.
+One GPU generation's row (:data:`FAMILIES`) holds, per protocol, the runtime's own figures:
 
-A threadblock moves at most :attr:`Model.tb_gbps` GB/s (one SM copying with loads and stores); NCCL's
-tuning caps one channel at 24 GB/s on Ampere, 38.7 GB/s on Hopper and 26.5 GB/s on Volta
-(``perChMaxTreeBws``, one node), the figures used here per GPU generation. AMD GPUs take the Ampere figure:
-no per-channel figure for RCCL was found, and the choice is stated wherever a result is shown.
+- ``launch_us``: the fixed cost of a call on the GPU (kernel start and set-up): NCCL's ``baseLat`` of the
+  ring (``src/graph/tuning.cc``: LL 6.6, LL128 14.0, Simple 8.4 us); RCCL's own ``baseLat`` on AMD GPUs
+  (ROCm/rccl ``src/graph/tuning.cc``: LL 12, LL128 12, Simple 17 us).
+- ``step_us``: the fixed cost of one message in a threadblock (flag polling and fences): the runtime's
+  ``hwLat`` of one ring step over NVLink/xGMI less the LL figure (which is the transfer itself, already
+  carried by the profile's per-hop latencies). NCCL: LL .6, LL128 1.9, Simple 3.4 us -> 0, 1.3, 2.8;
+  RCCL (``tuning_model_0``/``_4``, xGMI): LL .8, LL128 2.2, Simple 3.6 us -> 0, 1.4, 2.8.
+- ``tb_gbps``: one threadblock's copy rate (one SM copying with loads and stores), in wire bytes. NCCL's
+  tuning caps a channel at ``perChMaxTreeBws`` for Simple (Volta 26.5, Ampere 24.0, Hopper 38.7 GB/s, one
+  node) and ``perChMaxRingLL128Bws`` for LL128 (Volta 20.0, Ampere 20.0, Hopper 36.7); LL has no cap of its
+  own beyond the Simple figure (its half data rate is the protocol's data fraction). RCCL publishes no
+  per-channel figure for MI250 (its 16-GCD tuning model gives only a node total, ``baseBw=161.4``): the
+  Ampere figure is used and said so.
+- ``host_us``: what a call costs on the host before the GPU starts, by how calls are launched: ``stream``
+  (a kernel launch and the proxy's start per call, as nccl-tests runs without ``-G``) or ``graph`` (calls
+  captured in a CUDA graph, ``-G 1``: nothing per call beyond the kernel). No runtime publishes it; it is
+  measured: published 8-GPU nccl-tests floors without graphs are 34.7-35.3 us (A100, microsoft/
+  superbenchmark's nccl-tests logs; H100, togethercomputer/together-nccl-tests) against 9.3-17 us with
+  ``-G 1`` (Azure/msccl docs/performance-nd-h100-v5.md, microsoft/mscclpp docs/performance-ndmv4.md), so
+  a stream launch costs about 22 us more. MI250X (ROCm/rccl pull request 929, 16 GCDs): 25 us allreduce
+  floor without graphs.
+
+The MSCCL executor launches its own kernel per call and starts the proxy on the host like NCCL
+(``mscclRunAlgo`` in ``src/collectives/msccl.cc``), so a file pays the same ``host_us`` as NCCL's own
+algorithms. What is not modelled: NCCL's aggregate LL cap (``llMaxBws``), which only binds with many
+channels of LL at sizes where LL no longer wins.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+PROTOCOLS = ("LL", "LL128", "Simple")
+
 # Data bytes per wire byte, per protocol (see the module docstring).
 DATA_FRACTION = {"Simple": 1.0, "LL128": 120 / 128, "LL": 8 / 16}
 
-# NCCL src/graph/tuning.cc: baseLat[NCCL_ALGO_RING] = { LL 6.6, LL128 14.0, Simple 8.4 } us per call.
-LAUNCH_US = {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}
-# NCCL src/graph/tuning.cc: hwLat[NCCL_HW_NVLINK][NCCL_ALGO_RING] = { LL .6, LL128 1.9, Simple 3.4 } us per
-# step, less the LL figure (the transfer itself, which the profile's hop latencies carry).
-STEP_US = {"LL": 0.0, "LL128": 1.3, "Simple": 2.8}
+LAUNCH_MODES = ("stream", "graph")
+DEFAULT_LAUNCH = "stream"
 
-# One threadblock's copy rate, GB/s, by GPU generation (NCCL src/graph/tuning.cc perChMaxTreeBws, one
-# node). The key is matched against the profile's GPU model name, first match wins.
-TB_GBPS = (("H100", 38.7), ("H200", 38.7), ("H800", 38.7), ("A100", 24.0), ("A800", 24.0),
-           ("V100", 26.5))
-DEFAULT_TB_GBPS = 24.0
+
+@dataclass(frozen=True)
+class Family:
+    """One GPU generation and the runtime that drives it: its costs per protocol (see the module)."""
+
+    name: str
+    runtime: str
+    launch_us: dict
+    step_us: dict
+    tb_gbps: dict
+    host_us: dict
+
+
+_NCCL_LAUNCH = {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}       # NCCL tuning.cc baseLat[RING]
+_NCCL_STEP = {"LL": 0.0, "LL128": 1.3, "Simple": 2.8}          # NCCL tuning.cc hwLat[NVLINK][RING] less LL
+_NCCL_HOST = {"stream": 22.0, "graph": 0.0}                    # measured, see the module docstring
+
+FAMILIES = {
+    "Volta": Family("Volta", "NCCL", _NCCL_LAUNCH, _NCCL_STEP,
+                    {"LL": 26.5, "LL128": 20.0, "Simple": 26.5}, _NCCL_HOST),
+    "Ampere": Family("Ampere", "NCCL", _NCCL_LAUNCH, _NCCL_STEP,
+                     {"LL": 24.0, "LL128": 20.0, "Simple": 24.0}, _NCCL_HOST),
+    "Hopper": Family("Hopper", "NCCL", _NCCL_LAUNCH, _NCCL_STEP,
+                     {"LL": 38.7, "LL128": 36.7, "Simple": 38.7}, _NCCL_HOST),
+    # RCCL on MI250 (gfx90a): baseLat {12, 12, 17}; hwLat xGMI ring {.8, 2.2, 3.6} (ROCm/rccl tuning.cc)
+    "CDNA2": Family("CDNA2", "RCCL", {"LL": 12.0, "LL128": 12.0, "Simple": 17.0},
+                    {"LL": 0.0, "LL128": 1.4, "Simple": 2.8},
+                    {"LL": 24.0, "LL128": 24.0, "Simple": 24.0}, {"stream": 10.0, "graph": 0.0}),
+}
+DEFAULT_FAMILY = "Ampere"     # a GPU model no row names: the Ampere figures, said wherever results are shown
+
+# GPU model names -> family; the key is matched against the profile's GPU model name, first match wins.
+_MODELS = (("H100", "Hopper"), ("H200", "Hopper"), ("H800", "Hopper"), ("H20", "Hopper"),
+           ("A100", "Ampere"), ("A800", "Ampere"), ("A30", "Ampere"), ("V100", "Volta"),
+           ("MI250", "CDNA2"), ("MI210", "CDNA2"), ("MI200", "CDNA2"))
+
+
+def family_of(gpu_model: str | None) -> Family:
+    """The generation of a GPU model name (``A100-SXM4`` -> Ampere); unknown names get :data:`DEFAULT_FAMILY`."""
+    name = (gpu_model or "").upper()
+    for key, fam in _MODELS:
+        if key in name:
+            return FAMILIES[fam]
+    return FAMILIES[DEFAULT_FAMILY]
+
+
+def is_known(gpu_model: str | None) -> bool:
+    name = (gpu_model or "").upper()
+    return any(key in name for key, _ in _MODELS)
 
 
 @dataclass(frozen=True)
 class Model:
-    """The fixed costs one simulation uses (defaults: the figures above, for the file's protocol).
+    """The fixed costs one simulation uses.
 
     Attributes
     ----------
-    launch_us : the fixed cost of one call (us), added once.
+    launch_us : the fixed cost of one call (us), added once: the host's part and the kernel's start.
     step_us : the fixed cost of one message in a threadblock (us): flag polling and fences.
     data_fraction : data bytes per byte on the wire.
-    tb_gbps : a threadblock's copy rate (GB/s); None: by GPU model (:func:`tb_rate`).
+    tb_gbps : a threadblock's copy rate (GB/s) for every threadblock; None: by GPU model (:func:`tb_rate`)
+        times ``tb_factor``.
+    tb_factor : the protocol's copy rate relative to Simple's (LL128 is capped lower than Simple).
     """
 
     launch_us: float
     step_us: float
     data_fraction: float
     tb_gbps: float | None = None
+    tb_factor: float = 1.0
     notes: tuple = field(default=(), compare=False)
 
 
-def for_protocol(proto: str | None, tb_gbps: float | None = None) -> Model:
+def model_for(proto: str | None, gpu_model: str | None = None, *, launch: str = DEFAULT_LAUNCH,
+              tb_gbps: float | None = None) -> Model:
+    """The costs of a call with protocol ``proto`` on a GPU model (its family's row), launched ``launch``."""
     proto = proto if proto in DATA_FRACTION else "Simple"
-    return Model(LAUNCH_US[proto], STEP_US[proto], DATA_FRACTION[proto], tb_gbps)
+    fam = family_of(gpu_model)
+    return Model(fam.host_us[launch] + fam.launch_us[proto], fam.step_us[proto], DATA_FRACTION[proto], tb_gbps,
+                 fam.tb_gbps[proto] / fam.tb_gbps["Simple"])
+
+
+def for_protocol(proto: str | None, tb_gbps: float | None = None, *, gpu_model: str | None = None,
+                 launch: str = DEFAULT_LAUNCH) -> Model:
+    """:func:`model_for` with the threadblock rate optionally fixed (tests and what-if runs)."""
+    return model_for(proto, gpu_model, launch=launch, tb_gbps=tb_gbps)
 
 
 def tb_rate(gpu_model: str | None) -> float:
-    """A threadblock's copy rate (GB/s) for a GPU model name (``A100-SXM4`` -> the Ampere figure)."""
-    name = (gpu_model or "").upper()
-    for key, rate in TB_GBPS:
-        if key in name:
-            return rate
-    return DEFAULT_TB_GBPS
+    """A threadblock's Simple copy rate (GB/s) for a GPU model name (``A100-SXM4`` -> the Ampere figure)."""
+    return family_of(gpu_model).tb_gbps["Simple"]

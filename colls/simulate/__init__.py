@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from colls.collectives import busbw_factor
 from colls.program import Program
 from colls.simulate.engine import Machine, RunResult, run
-from colls.runtimes.costs import Model, for_protocol
+from colls.runtimes.costs import DEFAULT_LAUNCH, Model, model_for
 from colls.topology import Topology
-from colls.sizes import MAX_SIZE, MAX_SIZES, parse_sizes, size_text  # noqa: F401 (re-exported: the simulator's sizes)
+from colls.sizes import parse_sizes, size_text  # noqa: F401 (re-exported)
 
 __all__ = ["Timing", "simulate", "sweep", "parse_sizes", "size_text", "SUMMARY_SIZES", "prepare"]
 
@@ -94,7 +94,7 @@ def prepare(program: Program, topology: Topology, kind: str) -> Machine:
 def simulate(program: Program, topology: Topology, kind: str, size: int, *, inplace: bool = False,
              model: Model | None = None, bound=None, machine: Machine | None = None, native: bool = False,
              timeline: bool = False, extrapolate: bool = True, dtype_bytes: int = 4, target: str = "exe",
-             buffsize: int | None = None) -> tuple[Timing, RunResult | None]:
+             buffsize: int | None = None, launch: str = DEFAULT_LAUNCH) -> tuple[Timing, RunResult | None]:
     """Time one call of ``size`` bytes.
 
     Parameters
@@ -106,6 +106,8 @@ def simulate(program: Program, topology: Topology, kind: str, size: int, *, inpl
         any size runs.
     timeline : keep per-link and per-threadblock intervals (:class:`~colls.simulate.engine.RunResult`).
     extrapolate : use the exact steady-state jump (off only to check it).
+    launch : how calls are launched, ``"stream"`` (one kernel launch per call, nccl-tests without ``-G``) or
+        ``"graph"`` (captured in a CUDA graph): the host's part of a call (:mod:`colls.runtimes.costs`).
 
     Returns
     -------
@@ -116,7 +118,7 @@ def simulate(program: Program, topology: Topology, kind: str, size: int, *, inpl
     if reason:
         return Timing(size, False, reason), None
     machine = machine or Machine(program, topology, kind)
-    model = model or for_protocol(program.proto)
+    model = model or model_for(program.proto, topology.gpu_model(), launch=launch)
     res = run(machine, size, model, ncpl=program.nchunksperloop or 1, proto=program.proto,
               timeline=timeline, extrapolate=extrapolate, buffsize=buffsize)
     algbw = size / res.time_us / 1000.0

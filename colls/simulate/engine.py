@@ -186,7 +186,8 @@ class _Run:
         self.step_us = model.step_us
         self.wire = 1.0 / model.data_fraction
         T, C = len(m.tbs), len(m.conn_key)
-        self.tb_cap = [model.tb_gbps * 1000.0 for _ in range(T)] if model.tb_gbps else list(m.tb_cap)
+        self.tb_cap = ([model.tb_gbps * 1000.0 for _ in range(T)] if model.tb_gbps
+                       else [c * model.tb_factor for c in m.tb_cap])
         self.it, self.pc, self.k = [0] * T, [0] * T, [0] * T
         self.busy = [False] * T
         self.done = [len(m.steps[ti]) == 0 for ti in range(T)]
