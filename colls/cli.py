@@ -515,7 +515,7 @@ def bound_cmd(hardware, nodes, collective, size, root, trees, as_json):
             click.echo(data["trees"]["text"])
 
 
-BASELINES = ("nccl-ring", "nccl-tree")
+BASELINES = ("nccl", "nccl-ring", "nccl-tree", "nccl-nvls")
 
 
 @cli.command(name="simulate")
@@ -527,8 +527,10 @@ BASELINES = ("nccl-ring", "nccl-tree")
 @click.option("--inplace", is_flag=True, help="Time in-place calls (default: out-of-place).")
 @click.option("--target", type=Choice(sorted(TARGETS)), default="exe", show_default=True)
 @click.option("--baseline", type=Choice(BASELINES), default=None,
-              help="Also time NCCL's own ring (or, for allreduce, tree) on this machine, its best protocol and "
-                   "channel count at each size.")
+              help="Also time what the runtime of --target runs by itself on this machine: 'nccl' its default "
+                   "(the fastest of its algorithms at each size: ring, tree for allreduce, NVLS on NVSwitch "
+                   "Hopper nodes; alltoall as grouped sends), or one algorithm forced like NCCL_ALGO; each at its "
+                   "best protocol and channel count.")
 @click.option("--collective", type=Choice(KINDS), default=None,
               help="The collective of --baseline when no FILE is given.")
 @click.option("--root", type=Whole(0, MAX_NODES * MAX_COPIES), default=None,

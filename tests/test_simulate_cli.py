@@ -41,7 +41,7 @@ def test_simulate_prints_a_row_per_size_and_json_has_every_number(files):
     assert rc == 0, err
     for size in ("1KB", "32KB", "1MB", "32MB", "1GB"):
         assert f"  {size:>8} " in stdout
-    assert "busiest link" in stdout and "model:" in stdout
+    assert "busiest link" in stdout and "model (NCCL on Ampere): " in stdout
     rc, stdout, err = run("simulate", str(path), "--hardware", "dgx-a100", "--sizes", "1MB,1GB", "--json")
     data = json.loads(stdout)
     sizes = data["results"][0]["sizes"]
@@ -69,7 +69,7 @@ def test_plot_and_timeline_are_written(files, tmp_path):
                           "--baseline", "nccl-ring", "--plot", str(plot))
     assert rc == 0, err
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "NCCL ring" in stdout and "best configuration" in stdout or "channels at every size" in stdout
+    assert "NCCL 2.23.4 ring" in stdout and ("best configuration" in stdout or "channels at every size" in stdout)
     rc, stdout, err = run("simulate", str(trees), "--hardware", "dgx-a100", "--timeline", str(timeline),
                           "--size", "16MB")
     assert rc == 0, err

@@ -30,6 +30,8 @@ class Target:
     max_bytes_exclusive: bool = False  # selects sizes in [minBytes, maxBytes) instead of [minBytes, maxBytes]
     default_max_bytes: int | None = None  # the maxBytes of a file without one (None: no limit)
     max_files: int | None = None   # files it keeps at most (None: every file of its folder)
+    runtime: str = ""              # the runtime whose own algorithms run calls no file takes, and its version
+    algorithms: tuple[str, ...] = ("ring", "tree")  # what that runtime runs by itself (colls.simulate.defaults)
 
     def coll_name(self, kind: str) -> str:
         """How this runtime spells a collective in the `coll` attribute."""

@@ -17,4 +17,7 @@ ATTRS = ("nchunksperloop", "nchannels", "ngpus", "proto", "coll", "minBytes", "m
          "inplace", "outofplace")
 
 TARGET = Target("exe", "MSCCL executor for NCCL 2.23", 64, 1024, 32, 32, 4096, 1024, 72, ATTRS, COLLS,
-                own_algorithm="NCCL's own algorithm", load_order="sorted")
+                own_algorithm="NCCL's own algorithm", load_order="sorted",
+                # makefiles/version.mk: NCCL 2.23.4. NVLS arrived in NCCL 2.17; PAT (2.23) runs only with one
+                # GPU per node (src/graph/tuning.cc ncclPatEnable), which no shipped profile has.
+                runtime="NCCL 2.23.4", algorithms=("ring", "tree", "nvls"))

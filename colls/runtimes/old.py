@@ -15,4 +15,5 @@ TARGET = Target("old", "microsoft/msccl (NCCL 2.12)", 256, 216, 32, None, None, 
                 ("name", "nchunksperloop", "nchannels", "ngpus", "proto", "coll", "inplace"),
                 tuple(c if c != "reducescatter" else "reduce_scatter" for c in COLLS),
                 own_algorithm="NCCL's own algorithm", load_order="given", max_bytes_exclusive=True,
-                default_max_bytes=1 << 27, max_files=4)
+                default_max_bytes=1 << 27, max_files=4,
+                runtime="NCCL 2.12 (microsoft/msccl)", algorithms=("ring", "tree"))   # NVLS came in 2.17

@@ -12,4 +12,7 @@ from colls.runtimes.exe import ATTRS, COLLS
 # RCCL's loader refuses more than MSCCL_MAX_NUM_THREAD_BLOCKS = 64 threadblocks per GPU ("MSCCL: too
 # many thread blocks are requested. Max thread blocks: 64", src/include/msccl/msccl_struct.h).
 TARGET = Target("rccl", "ROCm RCCL", 64, 64, 32, 32, 4096, 1024, 72, ATTRS, COLLS,
-                own_algorithm="RCCL's own algorithm", load_order="readdir")
+                own_algorithm="RCCL's own algorithm", load_order="readdir",
+                # RCCL 2.27.7 (ROCm 7.1-7.2) is the last release with a built MSCCL path (its CHANGELOG lists
+                # the removal under RCCL 2.28.3 / ROCm 7.13); PAT is off by default there (NCCL_PAT_ENABLE 0).
+                runtime="RCCL 2.27.7 (ROCm 7.1-7.2)", algorithms=("ring", "tree"))

@@ -22,7 +22,7 @@ from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.simulate import Timing, simulate
 from colls.simulate.engine import Machine
-from colls.runtimes.costs import for_protocol
+from colls.runtimes.costs import DEFAULT_LAUNCH, model_for
 from colls.runtimes import get_target
 
 MAX_BASELINE_CHANNELS = 32          # NCCL's coll channels on 8-GPU NVSwitch nodes: 24 to 32 (NCCL_DEBUG=INFO)
@@ -46,8 +46,9 @@ class Fastest:
     """
 
     def __init__(self, topology, kind: str, entries, *, native: bool = False, target: str = "exe",
-                 protocols=PROTOCOL_ORDER):
+                 protocols=PROTOCOL_ORDER, launch: str = DEFAULT_LAUNCH):
         self.topology, self.kind, self.native, self.target = topology, kind, native, target
+        self.launch = launch
         self.protocols = tuple(protocols)
         self.entries = []                       # (extra, Simple program, Machine, loads)
         for extra, program, machine in entries:
@@ -61,7 +62,7 @@ class Fastest:
         for index, (extra, program, machine, (link_us, tb_us)) in enumerate(self.entries):
             chunk = size / (program.nchunksperloop or 1)
             for order, proto in enumerate(self.protocols):
-                model = for_protocol(proto)
+                model = model_for(proto, self.topology.gpu_model(), launch=self.launch)
                 lb = model.launch_us + max(link_us, tb_us) * chunk / model.data_fraction
                 candidates.append((lb, index, order, proto, model))
         candidates.sort(key=lambda c: c[:3])
@@ -86,7 +87,8 @@ class Fastest:
 class Baseline:
     """NCCL's ``algorithm`` for one collective on one machine, laid out once per channel count."""
 
-    def __init__(self, topology, kind: str, algorithm: str, *, root: int = 0, target: str = "exe"):
+    def __init__(self, topology, kind: str, algorithm: str, *, root: int = 0, target: str = "exe",
+                 launch: str = DEFAULT_LAUNCH, protocols=PROTOCOL_ORDER):
         from colls.simulate.defaults import nccl_program
         self.topology, self.kind, self.algorithm = topology, kind, algorithm
         tgt = get_target(target)
@@ -109,7 +111,8 @@ class Baseline:
             channels *= 2
         if not entries:
             raise CollsError(f"NCCL's {algorithm} cannot be modelled here: {last_error}", key="--baseline")
-        self.fastest = Fastest(topology, kind, entries, native=True, target=target)
+        self.fastest = Fastest(topology, kind, entries, native=True, target=target, launch=launch,
+                               protocols=protocols)
 
     @property
     def label(self) -> str:
@@ -134,3 +137,74 @@ def _loads(machine) -> tuple[float, float]:
             link_chunks[machine.conn_links[machine.out_conn[ti]]] += sent
         tb_us = max(tb_us, moved / machine.tb_cap[ti])
     return float((link_chunks / machine.link_cap).max()), tb_us
+
+
+class RuntimeDefault:
+    """What the runtime of ``target`` runs by itself for ``kind`` at each size: the fastest, in the model, of
+    the algorithms its tuner chooses among (:attr:`colls.runtimes.base.Target.algorithms`: ring, tree for
+    allreduce, NVLS on NVSwitch Hopper nodes; alltoall is grouped sends, :func:`colls.simulate.defaults.
+    nccl_program`), each at its best protocol and channel count. NCCL's tuner aims at the fastest by its
+    own estimate; taking the model's fastest makes this the runtime at its best, so a file that beats it
+    beats what the runtime does by itself.
+
+    ``algorithms`` forces a subset (``--baseline nccl-ring`` is ``("ring",)``, like NCCL_ALGO). Algorithms that
+    cannot run here are left out with the reason in :attr:`notes`; when none can, CollsError.
+    """
+
+    def __init__(self, topology, kind: str, *, root: int = 0, target: str = "exe", algorithms=None,
+                 launch: str = DEFAULT_LAUNCH, protocols=PROTOCOL_ORDER):
+        from colls.simulate.nvls import Nvls, nvls_reason
+        tgt = get_target(target)
+        self.topology, self.kind, self.target = topology, kind, tgt
+        wanted = tuple(algorithms or tgt.algorithms)
+        self.timers, self.algorithms, self.notes = [], [], []
+        for a in wanted:
+            if a == "tree" and kind != "allreduce":
+                if algorithms:
+                    self.notes.append(f"NCCL's tree runs allreduce only, not {kind}")
+                continue
+            if a == "nvls":
+                if "Simple" not in protocols:
+                    self.notes.append("NVLS runs Simple only")
+                    continue
+                if a not in tgt.algorithms:
+                    self.notes.append(f"{tgt.runtime} has no NVLS")
+                    continue
+                reason = nvls_reason(topology, kind)
+                if reason:
+                    if algorithms:
+                        self.notes.append(reason)
+                    continue
+                self.timers.append(Nvls(topology, kind, launch=launch))
+                self.algorithms.append("nvls" if self.timers[-1].nnodes == 1 else "nvls-tree")
+                continue
+            protos = protocols
+            if kind == "alltoall":
+                # grouped sends: LL below a threshold, else Simple; never LL128 (src/enqueue.cc, NCCL 2.23:
+                # "protoLL[dir] &= bytes <= nChannelsMax * P2P_LL_THRESHOLD", protocol LL or SIMPLE)
+                protos = tuple(p for p in protocols if p != "LL128") or protocols
+            try:
+                self.timers.append(Baseline(topology, kind, a, root=root, target=target, launch=launch,
+                                            protocols=protos))
+                self.algorithms.append("p2p" if kind == "alltoall" else a)
+            except CollsError as e:            # e.g. a degraded machine with no link a tree edge needs
+                self.notes.append(f"{tgt.runtime}'s {a} is not modelled on this machine ({e})")
+        if not self.timers:
+            raise CollsError("; ".join(self.notes) or f"no algorithm of {tgt.runtime} runs {kind} here",
+                             key="--baseline")
+
+    @property
+    def label(self) -> str:
+        if len(self.algorithms) == 1:
+            return f"{self.target.runtime} {self.algorithms[0]} (best protocol and channels)"
+        return f"{self.target.runtime} default ({', '.join(self.algorithms)}: the fastest at each size)"
+
+    def pick(self, timings: list) -> Timing:
+        """The fastest of one size's timings (one per algorithm, in :attr:`algorithms` order)."""
+        best, algorithm = min(((t, a) for t, a in zip(timings, self.algorithms)), key=lambda x: x[0].time_us)
+        best.extra = dict(best.extra, algorithm=algorithm)
+        best.label = self.label
+        return best
+
+    def time(self, size: int, bound=None) -> Timing:
+        return self.pick([t.time(size, bound) for t in self.timers])

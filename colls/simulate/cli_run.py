@@ -13,8 +13,8 @@ from colls.errors import CollsError
 from colls.msccl import parse
 from colls.simulate import prepare, simulate, size_text
 from colls.simulate import report as rep
-from colls.simulate.baseline import Baseline, algorithm_of
-from colls.runtimes.costs import DATA_FRACTION, LAUNCH_US, STEP_US, for_protocol, tb_rate
+from colls.simulate.baseline import Baseline, RuntimeDefault, algorithm_of
+from colls.runtimes.costs import DATA_FRACTION, DEFAULT_LAUNCH, family_of, is_known, model_for
 from colls.verify import verify
 
 
@@ -31,7 +31,7 @@ class _Entry:
     root: int
     program: object = None
     machine: object = None
-    baseline: Baseline | None = None
+    baseline: RuntimeDefault | None = None
     timings: list | None = None
 
 
@@ -53,8 +53,10 @@ def run(texts, topo, sizes, *, inplace=False, target="exe", baseline=None, colle
         b_root = entries[0].root if entries else (root or 0)
         if rooted and not entries and root is None:
             raise CollsError(f"a {kind} baseline needs its root", key="--root")
-        algorithm = algorithm_of(baseline)
-        base = Baseline(topo, kind, algorithm, root=b_root, target=target)
+        forced = None if baseline == "nccl" else (algorithm_of(baseline),)
+        base = RuntimeDefault(topo, kind, root=b_root, target=target, algorithms=forced)
+        for note in base.notes:
+            warn(f"--baseline: {note}")
         entries.append(_Entry(base.label, kind, b_root, baseline=base))
     bound_by_kind = {}
     for e in entries:
@@ -104,11 +106,15 @@ def _timeline(e: _Entry, topo, size, inplace, target, b, path):
     from colls.plot import plot_timeline
     if e.baseline is not None:
         best = e.baseline.time(size, b)
+        timer = e.baseline.timers[e.baseline.algorithms.index(best.extra["algorithm"])]
+        if not isinstance(timer, Baseline):
+            raise CollsError(f"{best.extra['algorithm']} is modelled in closed form (no threadblocks to draw): "
+                             "force another algorithm with --baseline nccl-ring or nccl-tree", key="--timeline")
         channels, proto = best.extra["channels"], best.extra["protocol"]
-        program, machine = next((p, m) for extra, p, m, _ in e.baseline.fastest.entries
+        program, machine = next((p, m) for extra, p, m, _ in timer.fastest.entries
                                 if extra["channels"] == channels)
         timing, res = simulate(replace(program, proto=proto), topo, e.kind, size, bound=b, machine=machine,
-                               model=for_protocol(proto), native=True, timeline=True)
+                               model=model_for(proto, topo.gpu_model()), native=True, timeline=True)
     else:
         timing, res = simulate(e.program, topo, e.kind, size, inplace=inplace, bound=b, machine=e.machine,
                                target=target, timeline=True)
@@ -137,10 +143,12 @@ def _model_text(topo, entries) -> str:
     effs = sorted({(d["cls"], d.get("efficiency", 1)) for _, _, d in topo.graph.edges(data=True)})
     eff = ", ".join(f"{c} at {100 * x:.0f}%" for c, x in effs if x != 1) or "all links at their full bandwidth"
     protos = sorted({e.program.proto for e in entries if e.program is not None} or {"Simple"})
-    costs = "; ".join(f"{p}: {LAUNCH_US[p]} us per call, {STEP_US[p]} us per message, "
-                      f"{DATA_FRACTION[p]:.3g} data per wire byte" for p in protos if p in LAUNCH_US)
-    return (f"model: {costs}; a threadblock copies at most "
-            f"{', '.join(f'{tb_rate(m):g} GB/s ({m})' for m in models)}; {eff}")
+    fam = family_of(models[0] if models else None)
+    known = "" if all(is_known(m) for m in models) else f" (GPU not known: the {fam.name} figures)"
+    costs = "; ".join(f"{p}: {fam.host_us[DEFAULT_LAUNCH]:g} + {fam.launch_us[p]:g} us per call, "
+                      f"{fam.step_us[p]:g} us per message, {DATA_FRACTION[p]:.3g} data per wire byte, a threadblock "
+                      f"copies at most {fam.tb_gbps[p]:g} GB/s" for p in protos)
+    return f"model ({fam.runtime} on {fam.name}{known}): {costs}; {eff}"
 
 
 def _output(entries, bound_by_kind, topo, timeline, plot_path, timeline_path, inplace) -> Output:
@@ -156,10 +164,14 @@ def _output(entries, bound_by_kind, topo, timeline, plot_path, timeline_path, in
             head += f"; optimum {float(b.algbw):.1f} GB/s algbw, binding cut: {b.cut_words}"
         lines += [head, rep.table(e.timings)]
         if e.baseline is not None:
-            picks = sorted({(t.extra['protocol'], t.extra['channels']) for t in e.timings})
+            picks = sorted({(t.extra['algorithm'], t.extra['protocol'], t.extra['channels']) for t in e.timings})
             lines.append("  (best configuration per size: " + ", ".join(
-                f"{size_text(t.size_bytes)} {t.extra['protocol']}/{t.extra['channels']}ch" for t in e.timings)
-                + ")" if len(picks) > 1 else f"  ({picks[0][0]}, {picks[0][1]} channels at every size)")
+                f"{size_text(t.size_bytes)} {t.extra['algorithm']} {t.extra['protocol']}/{t.extra['channels']}ch"
+                for t in e.timings) + ")" if len(picks) > 1
+                else f"  ({picks[0][0]}, {picks[0][1]}, {picks[0][2]} channels at every size)")
+            if any(t.extra["algorithm"].startswith("nvls") for t in e.timings):
+                lines.append("  (NVLS reduces inside the NVSwitch, which no schedule of sends can: the optimum above "
+                             "does not bound it, and no percentage is given for it)")
         lines.append("")
         results.append({"label": e.label, "collective": e.kind, "root": e.root if e.kind in ("broadcast", "reduce")
                         else None, "baseline": e.baseline is not None,

@@ -99,7 +99,7 @@ from colls import msccl, verify
 from colls.collectives import Collective
 from colls.errors import CollsError, LimitError
 from colls.pipeline import compile_schedule
-from colls.program import PROTOCOLS, Program
+from colls.program import PROTOCOLS, Gpu, Program, Step, Threadblock
 from colls.schedule import TRANSIENT, Op, Schedule
 from colls.synth.common import checked_route
 from colls.synth.ring import best_tour
@@ -158,8 +158,10 @@ def nccl_program(topology: Topology, collective: Collective, algorithm: str, *, 
         if collective.kind == "alltoall":
             routed = all(topology.route(a, b) is not None for a in topology.gpus for b in topology.gpus
                          if a != b)
-            return compile_schedule(topology, collective, "direct" if routed else "ring", instances=channels,
-                                    proto=proto, target=target).program
+            if routed:
+                return _p2p_program(topology, collective, channels, proto, tgt)
+            return compile_schedule(topology, collective, "ring", instances=channels, proto=proto,
+                                    target=target).program
         return compile_schedule(topology, collective, "ring", options={"rings": channels}, proto=proto,
                                 target=target).program
     except LimitError as e:
@@ -349,6 +351,40 @@ def _tree_program(topology: Topology, collective: Collective, channels: int, pro
         first = next(f for f in report.findings if f.severity == "error")
         raise CollsError(f"NCCL tree allreduce on {topology.name}: the program does not verify for "
                          f"{tgt.name}: {first}")
+    return program
+
+
+def _p2p_program(topology: Topology, collective: Collective, channels: int, proto: str, tgt: Target) -> Program:
+    """NCCL's alltoall: grouped point-to-point sends and receives (``ncclGroupStart``, a ``ncclSend`` and an
+    ``ncclRecv`` per peer). Each peer's block is cut over ``channels`` channels, and every part is its own
+    send (and, on the peer, its own receive) with no order between them, as NCCL schedules the parts of a
+    group's p2p operations over its p2p channels (``scheduleP2pTasksToPlan`` in ``src/enqueue.cc``); the
+    block a rank keeps is one local copy per channel. Out-of-place, as NCCL's alltoall; proven like the
+    others."""
+    n = topology.ngpus
+    ncpl = n * channels
+    gpus = []
+    for r in range(n):
+        tbs = []
+        for c in range(channels):
+            for q in range(n):
+                if q == r:
+                    continue
+                tbs.append(Threadblock(len(tbs), send=q, recv=-1, chan=c, steps=[
+                    Step(0, "s", "i", q * channels + c, "o", r * channels + c, 1)]))
+                tbs.append(Threadblock(len(tbs), send=-1, recv=q, chan=c, steps=[
+                    Step(0, "r", "i", r * channels + c, "o", q * channels + c, 1)]))
+            tbs.append(Threadblock(len(tbs), chan=c, steps=[
+                Step(0, "cpy", "i", r * channels + c, "o", r * channels + c, 1)]))
+        gpus.append(Gpu(r, ncpl, ncpl, 0, tbs))
+    program = Program(f"nccl-p2p-alltoall-{topology.name.replace(' ', '')}", tgt.coll_name("alltoall"), n, ncpl,
+                      channels, proto, 0, 1, 0, 0, gpus)
+    parsed, findings = msccl.parse(msccl.emit(program), source="<generated>")
+    report = verify.verify(parsed, tgt, sms=topology.min_sms(), findings=findings)
+    if not report.ok:
+        first = next(f for f in report.findings if f.severity == "error")
+        raise CollsError(f"NCCL alltoall on {topology.name} with {channels} channels: the program does not verify "
+                         f"for {tgt.name}: {first}", key="--channels")
     return program
 
 

@@ -1,0 +1,168 @@
+"""Tests of the runtime model: each GPU generation's costs (colls.runtimes.costs), what the runtime runs by
+itself (RuntimeDefault: ring, tree, NVLS, grouped sends for alltoall), NVLS in closed form, and the laws
+those obey (NVLS only where NCCL runs it; never faster than the links allow; graph launches cheaper than
+stream launches)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from colls import verify
+from colls.collectives import Collective
+from colls.errors import CollsError
+from colls.inputs import hardware
+from colls.runtimes import TARGETS, get_target
+from colls.runtimes import nccl as nccl_facts
+from colls.runtimes.costs import FAMILIES, family_of, is_known, model_for
+from colls.simulate.baseline import RuntimeDefault
+from colls.simulate.defaults import nccl_program
+from colls.simulate.nvls import Nvls, nvls_reason
+
+_cache: dict = {}
+
+
+def topo(name: str, nodes: int = 1):
+    if (name, nodes) not in _cache:
+        _cache[(name, nodes)] = hardware.load_topology(name, nodes=nodes)
+    return _cache[(name, nodes)]
+
+
+@pytest.mark.parametrize("model, family", [("A100-SXM4-80GB", "Ampere"), ("H100-SXM5", "Hopper"),
+                                           ("V100-SXM2", "Volta"), ("MI250X", "CDNA2"), ("Z999", "Ampere")])
+def test_families_by_gpu_model(model, family):
+    assert family_of(model).name == family
+
+
+def test_every_shipped_profile_has_a_known_family():
+    for name in ("dgx-a100", "dgx-h100", "dgx2", "ndv2", "mi250"):
+        t = topo(name)
+        assert is_known(t.gpu_model())
+    assert family_of(topo("mi250").gpu_model()).runtime == "RCCL"
+    assert family_of(topo("dgx-h100").gpu_model()).runtime == "NCCL"
+
+
+def test_rccl_has_its_own_costs():
+    amd, ampere = FAMILIES["CDNA2"], FAMILIES["Ampere"]
+    assert amd.launch_us != ampere.launch_us
+    assert amd.step_us["LL128"] != ampere.step_us["LL128"]
+
+
+@pytest.mark.parametrize("proto", ["LL", "LL128", "Simple"])
+def test_model_costs_add_up(proto):
+    fam = FAMILIES["Hopper"]
+    stream = model_for(proto, "H100", launch="stream")
+    graph = model_for(proto, "H100", launch="graph")
+    assert stream.launch_us == pytest.approx(fam.host_us["stream"] + fam.launch_us[proto])
+    assert graph.launch_us == pytest.approx(fam.launch_us[proto])
+    assert graph.launch_us < stream.launch_us
+    assert stream.step_us == fam.step_us[proto]
+    assert 0 < stream.tb_factor <= 1
+
+
+def test_targets_say_which_runtime_they_model():
+    assert "2.23.4" in get_target("exe").runtime
+    assert "RCCL" in get_target("rccl").runtime
+    assert "nvls" in get_target("exe").algorithms
+    assert "nvls" not in get_target("rccl").algorithms and "nvls" not in get_target("old").algorithms
+    assert all(t.runtime for t in TARGETS.values())
+
+
+# ------------------------------------------------------------------------------------------------------
+# NVLS
+# ------------------------------------------------------------------------------------------------------
+def test_nvls_only_where_nccl_runs_it():
+    assert nvls_reason(topo("dgx-h100"), "allreduce") is None
+    assert nvls_reason(topo("dgx-h100"), "allgather") is None
+    assert nvls_reason(topo("dgx-h100", 2), "allreduce") is None          # NVLS-tree
+    assert "one node" in nvls_reason(topo("dgx-h100", 2), "allgather")
+    assert "Hopper" in nvls_reason(topo("dgx-a100"), "allreduce")
+    assert nvls_reason(topo("dgx-h100"), "alltoall") is not None
+    with pytest.raises(CollsError):
+        Nvls(topo("dgx-a100"), "allreduce")
+
+
+def test_nvls_time_is_monotone_and_bounded_by_its_links():
+    n = Nvls(topo("dgx-h100"), "allreduce")
+    times = [n.time(1 << k).time_us for k in range(10, 34)]
+    assert all(b >= a for a, b in zip(times, times[1:]))
+    # each GPU's links carry the buffer once each way: no faster than the links at NVLS efficiency
+    gbps = 18 * 25 * 0.824
+    for k in range(20, 34):
+        t = n.time(1 << k)
+        assert t.algbw_gbps <= gbps * nccl_facts.NVLS_EFFICIENCY + 1e-9
+    assert n.time(1 << 30).bound_pct is None              # switch reduction: the sends' optimum is no bound
+
+
+def test_nvls_chunks_shrink_for_smaller_calls():
+    n = Nvls(topo("dgx-h100"), "allreduce")
+    assert n.chunk(8 << 30) == nccl_facts.NVLS_CHUNK
+    assert n.chunk(1 << 20) < n.chunk(256 << 20) < n.chunk(8 << 30)
+
+
+def test_nvls_tree_is_slower_with_more_nodes():
+    t2 = Nvls(topo("dgx-h100", 2), "allreduce").time(1 << 30)
+    t4 = Nvls(topo("dgx-h100", 4), "allreduce").time(1 << 30)
+    assert t2.label == "NCCL nvls-tree"
+    assert t4.time_us > t2.time_us
+
+
+# ------------------------------------------------------------------------------------------------------
+# What the runtime runs by itself
+# ------------------------------------------------------------------------------------------------------
+def test_h100_allreduce_default_takes_nvls_for_large_calls():
+    d = RuntimeDefault(topo("dgx-h100"), "allreduce")
+    assert d.algorithms == ["ring", "tree", "nvls"]
+    big = d.time(1 << 30)
+    assert big.extra["algorithm"] == "nvls"
+    small = d.time(1 << 10)
+    assert small.extra["algorithm"] in ("ring", "tree")
+    assert small.extra["protocol"] == "LL"
+
+
+def test_forced_algorithm_and_its_refusal():
+    ring = RuntimeDefault(topo("dgx-h100"), "allreduce", algorithms=("ring",))
+    assert ring.algorithms == ["ring"]
+    assert ring.time(1 << 30).time_us > RuntimeDefault(topo("dgx-h100"), "allreduce").time(1 << 30).time_us
+    with pytest.raises(CollsError, match="Hopper"):
+        RuntimeDefault(topo("dgx-a100"), "allreduce", algorithms=("nvls",))
+    with pytest.raises(CollsError, match="no NVLS"):
+        RuntimeDefault(topo("dgx-h100"), "allreduce", algorithms=("nvls",), target="rccl")
+
+
+def test_alltoall_is_grouped_sends_without_ll128():
+    d = RuntimeDefault(topo("dgx-a100"), "alltoall")
+    assert d.algorithms == ["p2p"]
+    for size in (1 << 10, 1 << 20, 1 << 30):
+        t = d.time(size)
+        assert t.extra["algorithm"] == "p2p" and t.extra["protocol"] != "LL128"
+    # link-bound at large sizes: close to each GPU's NVLink out (300 GB/s at NCCL's 80 %) x (n-1)/n
+    assert d.time(1 << 30).busbw_gbps > 0.8 * 240 * 7 / 8
+
+
+@pytest.mark.parametrize("channels", [1, 2, 4])
+def test_p2p_program_verifies_and_has_no_order_between_peers(channels):
+    t = topo("dgx-a100")
+    p = nccl_program(t, Collective("alltoall", t.ngpus), "ring", channels=channels)
+    assert p.nchunksperloop == t.ngpus * channels
+    report = verify.verify(p, "exe", sms=t.min_sms())
+    assert report.ok
+    for g in p.gpus:
+        assert all(s.depid == -1 for tb in g.tbs for s in tb.steps)
+        peers = {tb.send for tb in g.tbs if tb.send != -1}
+        assert peers == set(range(t.ngpus)) - {g.id}
+
+
+def test_rccl_default_on_mi250_uses_rccl_costs():
+    d = RuntimeDefault(topo("mi250"), "allreduce", target="rccl")
+    assert "nvls" not in d.algorithms
+    t = d.time(8)
+    fam = FAMILIES["CDNA2"]
+    assert t.time_us >= fam.host_us["stream"] + fam.launch_us["LL"]
+
+
+def test_graph_launch_is_faster_by_the_host_cost():
+    s = RuntimeDefault(topo("dgx-a100"), "allgather", algorithms=("ring",), launch="stream").time(1 << 10)
+    g = RuntimeDefault(topo("dgx-a100"), "allgather", algorithms=("ring",), launch="graph").time(1 << 10)
+    assert math.isclose(s.time_us - g.time_us, FAMILIES["Ampere"].host_us["stream"], rel_tol=1e-6)
