@@ -6,8 +6,10 @@ copies get channels of their own and the target loads the result, and every copy
 protocol (LL, LL128, Simple). The simulator (:mod:`colls.simulate`) times the fastest of those per method at every call size (the search skips a
 configuration only when a proven lower bound shows it cannot win, :class:`colls.simulate.baseline.
 Fastest`), and times NCCL's own ring (and, for allreduce, its tree) at its best protocol and channel
-count. At each size the winner is the fastest file, unless the runtime's own algorithm is within
-:data:`MARGIN` of it: then no file claims the size and the runtime keeps it ("NCCL's own").
+count. At each size the winner is the fastest file, unless the runtime's own algorithm is within the
+model's measured error in that size band (:func:`colls.runtimes.calibration.margin`, from the comparison with
+published runs in bench/CALIBRATION.md) of it: then no file claims the size and the runtime keeps it
+("NCCL's own").
 
 Consecutive sizes with the same winner form one range; a range's file is lowered once more with its
 ``minBytes``/``maxBytes`` and proved before anything is written. Range edges fall on the simulated
@@ -39,13 +41,13 @@ from colls import pipeline
 from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.files import check_output, write_atomic
-from colls.runtimes import get_target
+from colls.runtimes import calibration, get_target
+from colls.runtimes.calibration import margin
 from colls.simulate import Timing, parse_sizes, size_text
-from colls.simulate.baseline import Baseline, Fastest
+from colls.simulate.baseline import Fastest, RuntimeDefault
 
 METHODS = ("ring", "direct", "trees", "milp")
 COPIES = (1, 2, 4, 8)
-MARGIN = 0.02               # a file must beat the runtime's own algorithm by 2% to claim a size
 DEFAULT_SIZES = "1KB:1GB:4"      # 1KB, 4KB, ..., 1GB: 11 sizes (the last range has no upper limit)
 ALL = ("allreduce", "allgather", "reducescatter", "alltoall")   # --collective all (+ rooted with --root)
 OLD_MAX_FILES = get_target("old").max_files  # MSCCL_XML_FILES holds at most 4 files in the older runtime
@@ -122,29 +124,22 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
             found.append(_variants(topology, coll, name, target, options))
         progress(f"{kind}: simulating {len(sizes)} sizes from {size_text(sizes[0])} to {size_text(sizes[-1])} "
                  f"({jobs} process{'es' if jobs > 1 else ''})")
-        algorithms, timers, notes = [], [], []
-        for a in ["ring"] + (["tree"] if kind == "allreduce" else []):
-            try:
-                timers.append(Baseline(topology, kind, a, root=coll.root, target=target))
-                algorithms.append(a)
-            except CollsError as e:            # e.g. a degraded machine with no link a tree edge needs
-                notes.append(f"NCCL's {a} is not modelled on this machine ({e})")
-        if not algorithms:
-            notes.append("no NCCL algorithm could be modelled: every size goes to the fastest file")
+        notes, algorithms, timers = [], [], []
+        try:
+            default = RuntimeDefault(topology, kind, root=coll.root, target=target)
+            notes += default.notes
+            algorithms, timers = list(default.algorithms), list(default.timers)
+        except CollsError as e:
+            notes.append(f"no algorithm of the runtime could be modelled ({e}): every size goes to the fastest "
+                         "file")
         for m in found:
             if m.variants:
                 m.fastest = Fastest(topology, kind, [({"instances": c.facts["instances"], "index": i}, c.program,
                                                       None) for i, c in enumerate(m.variants)], target=target)
                 timers.append(m.fastest)
         table = _time_all(timers, sizes, bound, jobs)
-        nccl = []
-        for i in range(len(sizes)):
-            if not algorithms:
-                nccl.append(None)
-                continue
-            best, algorithm = min(((table[k][i], a) for k, a in enumerate(algorithms)), key=lambda t: t[0].time_us)
-            best.extra = dict(best.extra, algorithm=algorithm)
-            nccl.append(best)
+        nccl = [default.pick([table[k][i] for k in range(len(algorithms))]) if algorithms else None
+                for i in range(len(sizes))]
         rest = iter(table[len(algorithms):])
         for m in found:
             if m.fastest is not None:
@@ -251,7 +246,7 @@ def _ranges(methods, nccl, sizes, target) -> list[Range]:
             t = m.timings[i] if m.timings else None
             if t is not None and (best is None or t.time_us < best[1].time_us * (1 - 1e-9)):
                 best = (m, t)
-        if best is None or (nccl[i] is not None and best[1].time_us > nccl[i].time_us * (1 - MARGIN)):
+        if best is None or (nccl[i] is not None and best[1].time_us > nccl[i].time_us * (1 - margin(sizes[i])[0])):
             winners.append(None)
         else:
             m, t = best
@@ -419,8 +414,9 @@ def summary_lines(plans, target: str) -> list[str]:
 def readme(plans, topology, target: str) -> str:
     out = [MARKER, f"# MSCCL algorithms for {topology.name} ({topology.ngpus} GPUs), target {target}", "",
            "Written by `colls compile`. Each range of call sizes runs the file listed, or NCCL's own algorithm "
-           "where no file is faster (by at least "
-           f"{100 * MARGIN:.0f}% in the simulator's model). busbw is nccl-tests' bus bandwidth in GB/s, "
+           "where no file is faster by more than the simulator's measured error in that size band ("
+           + ", ".join(f"{100 * err:.0f}% {name}" for _, name, err, _ in calibration.BANDS)
+           + ", from its comparison with published runs). busbw is nccl-tests' bus bandwidth in GB/s, "
            "modelled by `colls simulate`; \"of optimum\" is the share of `colls bound`'s best possible time.",
            "", "Install: `source env.sh` in the job's environment (it points the runtime at `algorithms/`). "
            "Check a call with `colls explain algorithms --ranks N --bytes SIZE`.", ""]
