@@ -42,6 +42,12 @@ ahead are the same size), so the engine moves every threadblock ``J x d`` passes
 and the links' byte counts ``J`` times their growth over one period, for the largest ``J`` that keeps
 every threadblock among the full-size passes, and simulates the rest (the last, partial pass) as usual.
 The result equals the full simulation; ``tests/test_simulate.py`` checks that on small cases.
+
+**Alike threadblocks, simulated once.** Threadblocks that run the same steps on alike connections over
+alike links (a ring's ranks on a switch, the nodes of a cluster, the copies of a schedule on channels of
+their own) act at the same instants, so the engine runs one of each class (:mod:`colls.simulate.symmetry`:
+the quotient by the coarsest equitable partition, every link class counting how many flows of each class
+cross one of its links). The result equals the whole machine's; ``tests/test_simulate.py`` checks that too.
 """
 
 from __future__ import annotations
