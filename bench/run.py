@@ -45,6 +45,17 @@ CASES = [
     # colls compile (make demo's case): every method at every default size beside NCCL's own
     ("compile-allreduce-dgx-a100x2", "dgx-a100", 2, "compile", "allreduce", 120.0),
     ("compile-allreduce-dgx-a100x2-1-process", "dgx-a100", 2, "compile:1", "allreduce", None),
+    # the simulator at scale (issue: cost grows with the schedule, not the bytes or the passes):
+    # `colls simulate --baseline nccl-ring --collective allreduce --hardware dgx2 --nodes 16 --sizes 1GB`
+    # (building NCCL's ring programs, then timing the best protocol and channel count at 1 GB)
+    ("baseline-nccl-ring-allreduce-1GB-dgx2x16", "dgx2", 16, "baseline:ring", "allreduce", 10.0),
+    # a ring allreduce on 1,024 GPUs at 1 GB; the program is NCCL's one-channel ring
+    # (colls.simulate.defaults.nccl_program, not timed: synthesis at this scale takes minutes)
+    ("simulate-1GB-nccl-ring-allreduce-dgx-a100x128", "dgx-a100", 128, "simulate:nccl-ring", "allreduce", 60.0),
+    # `colls compile --collective all`
+    ("compile-all-mi250x2", "mi250", 2, "compile", "all", 60.0),
+    ("compile-all-dgx2x2", "dgx2", 2, "compile", "all", 60.0),
+    ("compile-all-dgx-a100x4", "dgx-a100", 4, "compile", "all", 60.0),
 ]
 
 
@@ -81,6 +92,8 @@ def run_case(profile: str, nodes: int, what: str, kind: str) -> dict:
         return out
     if what.startswith("compile"):
         return _compile_case(topo, what, kind, out)
+    if what.startswith("baseline:"):
+        return _baseline_case(topo, what, kind, out)
     if ":" in what:
         return _simulate_case(topo, what, kind, out)
     result = pipeline.compile_schedule(topo, Collective(kind, topo.ngpus), what)
@@ -101,7 +114,7 @@ def _compile_case(topo, what: str, kind: str, out: dict) -> dict:
     from colls import compile as comp
     jobs = 1 if what == "compile:1" else comp.default_jobs()
     t0 = time.perf_counter()
-    plans = comp.plan(topo, [kind], jobs=jobs)
+    plans = comp.plan(topo, list(comp.ALL) if kind == "all" else [kind], jobs=jobs)
     comp.lower_files(plans, "exe")
     out["seconds"] = round(time.perf_counter() - t0, 3)
     out["jobs"] = jobs
@@ -110,11 +123,30 @@ def _compile_case(topo, what: str, kind: str, out: dict) -> dict:
     return out
 
 
+def _baseline_case(topo, what: str, kind: str, out: dict) -> dict:
+    """``colls simulate --baseline nccl-ALGORITHM --sizes 1GB``'s work: lay out NCCL's programs (every channel
+    count), then time the fastest configuration at 1 GB."""
+    from colls.simulate.baseline import Baseline
+    t0 = time.perf_counter()
+    base = Baseline(topo, kind, what.split(":")[1])
+    t1 = time.perf_counter()
+    timing = base.time(1 << 30, bound.bound(topo, kind))
+    t2 = time.perf_counter()
+    out.update(seconds=round(t2 - t0, 3), build_seconds=round(t1 - t0, 3), simulate_seconds=round(t2 - t1, 3),
+               busbw_gbps=timing.busbw_gbps, config=timing.extra)
+    return out
+
+
 def _simulate_case(topo, what: str, kind: str, out: dict) -> dict:
-    """Write the file (not timed), then time the simulation: one 1 GB call, or the whole default sweep."""
+    """Write the file (not timed), then time the simulation: one 1 GB call, or the whole default sweep.
+    ``nccl-ring``: NCCL's one-channel ring from :func:`colls.simulate.defaults.nccl_program`."""
     from colls.simulate import parse_sizes, prepare, simulate
     mode, method = what.split(":")
-    program = pipeline.compile_schedule(topo, Collective(kind, topo.ngpus), method).program
+    if method == "nccl-ring":
+        from colls.simulate.defaults import nccl_program
+        program = nccl_program(topo, Collective(kind, topo.ngpus), "ring", channels=1)
+    else:
+        program = pipeline.compile_schedule(topo, Collective(kind, topo.ngpus), method).program
     sizes = [1 << 30] if mode == "simulate" else parse_sizes("1KB:4GB")
     t0 = time.perf_counter()
     machine = prepare(program, topo, kind)

@@ -191,6 +191,39 @@ def test_the_steady_state_jump_equals_the_full_simulation(machine, method, kind,
     assert (jumped > 0) == ((machine, method, kind) in JUMPING)
 
 
+@pytest.mark.parametrize("machine,method,kind,proto", [
+    ("switch3", "ring", "allreduce", "Simple"), ("rails2x2", "trees", "allgather", "LL"),
+    ("mesh4", "direct", "alltoall", "Simple"), ("switch4-slow", "ring", "reducescatter", "LL128"),
+    ("shared-nic2x4", "trees", "allreduce", "Simple"), ("shared-nic2x4", "ring", "allreduce", "Simple"),
+    ("rails2x2", "ring", "broadcast", "Simple"), ("switch4-slow", "direct", "allgather", "Simple")])
+def test_alike_threadblocks_simulated_once_give_the_full_simulation(machine, method, kind, proto):
+    program = written(machine, method, kind, proto)
+    topo = MACHINES[machine]()
+    m = Machine(program, topo, kind)
+    kw = dict(ncpl=program.nchunksperloop, proto=proto)
+    u = unit(program, kind)
+    for size in (u, u * 1000, u * (1 << 17) + 3 * u):
+        for extrapolate in (True, False):
+            once = run(m, size, for_protocol(proto), extrapolate=extrapolate, **kw)
+            whole = run(m, size, for_protocol(proto), extrapolate=extrapolate, symmetric=False, **kw)
+            assert once.time_us == pytest.approx(whole.time_us, rel=1e-9)
+            assert once.link_bytes == pytest.approx(whole.link_bytes, rel=1e-9)
+            assert once.passes == whole.passes
+
+
+def test_alike_threadblocks_are_found():
+    """A ring allreduce on a switch: every rank does the same, so one threadblock stands for all; a ring on
+    a two-node rail cluster: the two nodes are alike."""
+    program = written("switch3", "ring", "allreduce")
+    m = Machine(program, MACHINES["switch3"](), "allreduce")
+    q = m.quotient()
+    assert q is not None and len(q.tbs) * 3 == len(m.tbs)
+    program = written("shared-nic2x4", "ring", "allreduce")
+    m = Machine(program, MACHINES["shared-nic2x4"](), "allreduce")
+    q = m.quotient()
+    assert q is not None and len(q.tbs) < len(m.tbs)
+
+
 def test_a_large_call_costs_about_as_much_to_simulate_as_a_small_one():
     program = written("rails2x2", "ring", "allreduce")
     topo = MACHINES["rails2x2"]()

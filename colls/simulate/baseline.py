@@ -53,6 +53,7 @@ class Fastest:
         self.entries = []                       # (extra, Simple program, Machine, loads)
         for extra, program, machine in entries:
             machine = machine or Machine(program, topology, kind)
+            machine.quotient()                  # once, before colls compile forks its workers
             self.entries.append((dict(extra), program, machine, _loads(machine)))
 
     def time(self, size: int, bound=None) -> Timing | None:

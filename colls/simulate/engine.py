@@ -42,6 +42,12 @@ ahead are the same size), so the engine moves every threadblock ``J x d`` passes
 and the links' byte counts ``J`` times their growth over one period, for the largest ``J`` that keeps
 every threadblock among the full-size passes, and simulates the rest (the last, partial pass) as usual.
 The result equals the full simulation; ``tests/test_simulate.py`` checks that on small cases.
+
+**Alike threadblocks, simulated once.** Threadblocks that run the same steps on alike connections over
+alike links (a ring's ranks on a switch, the nodes of a cluster, the copies of a schedule on channels of
+their own) act at the same instants, so the engine runs one of each class (:mod:`colls.simulate.symmetry`:
+the quotient by the coarsest equitable partition, every link class counting how many flows of each class
+cross one of its links). The result equals the whole machine's; ``tests/test_simulate.py`` checks that too.
 """
 
 from __future__ import annotations
@@ -128,6 +134,8 @@ class Machine:
                                  "route between them", key="--hardware")
             self.conn_links.append(np.array([link_index[(u, v)] for u, v in zip(route, route[1:])], dtype=np.int64))
             self.conn_latency.append(topology.route_latency(route))
+        self.conn_weight = [np.ones(len(x)) for x in self.conn_links]     # flows per link (see symmetry)
+        self._quotient = False
         # steps, flattened per threadblock
         self.steps = []                                 # ti -> list of tuples
         for ti, (gid, _, tb) in enumerate(self.tbs):
@@ -151,6 +159,16 @@ class Machine:
                             bool(st.hasdep == 1 and not nop), numbers[i], kind))
             self.steps.append(out)
 
+    def quotient(self):
+        """One threadblock per class of alike ones (:mod:`colls.simulate.symmetry`), or None; computed once."""
+        if self._quotient is False:
+            from colls.simulate.symmetry import quotient
+            self._quotient = quotient(self)
+        return self._quotient
+
+    def link_bytes(self, per_link: np.ndarray) -> np.ndarray:
+        return per_link
+
     def link_name(self, li: int) -> str:
         return " -> ".join(f"GPU {x}" if isinstance(x, int) else str(x) for x in self.links[li])
 
@@ -160,12 +178,19 @@ class Machine:
 
 
 def run(machine: Machine, size_bytes: float, model: Model, *, ncpl: int, proto: str | None,
-        timeline: bool = False, extrapolate: bool = True, buffsize: int | None = None) -> RunResult:
+        timeline: bool = False, extrapolate: bool = True, buffsize: int | None = None,
+        symmetric: bool = True) -> RunResult:
     """Simulate one call of ``size_bytes`` (the whole buffer, as the runtime counts it) and return its time.
+
+    ``symmetric``: simulate one threadblock of each class of alike ones (:mod:`colls.simulate.symmetry`; the
+    same result, off only to check it). A timeline always simulates every threadblock.
 
     Raises CollsError when the program cannot finish at this size (a hang: the verifier names the cause).
     """
-    return _Run(machine, size_bytes, model, ncpl, proto, timeline, extrapolate, buffsize).go()
+    m = machine
+    if symmetric and not timeline:
+        m = machine.quotient() or machine
+    return _Run(m, size_bytes, model, ncpl, proto, timeline, extrapolate, buffsize).go()
 
 
 class _Run:
@@ -204,6 +229,7 @@ class _Run:
         self.f_rate = np.zeros(0)
         self.e_link = np.zeros(0, dtype=np.int64)
         self.e_own = np.zeros(0, dtype=np.int64)
+        self.e_w = np.zeros(0)                           # flows of the entry's class per link (symmetry)
         self.pending: list = []
         self.rates_dirty = False
         self.tb_cap_arr = np.array(self.tb_cap, dtype=float)
@@ -279,13 +305,13 @@ class _Run:
         nbytes = self.messages(cnt, it)[k]
         if snd:
             c = m.out_conn[ti]
-            links = m.conn_links[c]
+            links, weight = m.conn_links[c], m.conn_weight[c]
             wire = nbytes * self.wire
-            self.link_bytes[links] += wire
+            self.link_bytes[links] += wire * weight
             if wire <= 0:
                 self.complete(ti)
                 return
-            self.pending.append((ti, links, wire))
+            self.pending.append((ti, links, wire, weight))
             self.rates_dirty = True
         else:
             dur = nbytes / self.tb_cap[ti] if nbytes > 0 else 0.0
@@ -357,11 +383,11 @@ class _Run:
             e_gone = gone[self.e_own]
             if full[self.e_link[e_gone]].any():
                 incremental = False
-            load -= np.bincount(self.e_link[e_gone], weights=self.f_rate[self.e_own[e_gone]],
+            load -= np.bincount(self.e_link[e_gone], weights=self.f_rate[self.e_own[e_gone]] * self.e_w[e_gone],
                                 minlength=len(cap))
             e_keep = ~e_gone
             renum = np.cumsum(keep) - 1
-            self.e_link = self.e_link[e_keep]
+            self.e_link, self.e_w = self.e_link[e_keep], self.e_w[e_keep]
             self.e_own = renum[self.e_own[e_keep]]
             self.f_ti, self.f_rem, self.f_rate = self.f_ti[keep], self.f_rem[keep], self.f_rate[keep]
         if self.pending:
@@ -369,9 +395,9 @@ class _Run:
             new = self.pending
             self.pending = []
             new_cap = self.tb_cap_arr[[f[0] for f in new]]
-            for (ti, links, _), c in zip(new, new_cap):
-                if incremental and (cap[links] - load[links] >= c * (1 + 1e-9)).all():
-                    load[links] += c
+            for (ti, links, _, w), c in zip(new, new_cap):
+                if incremental and (cap[links] - load[links] >= c * w * (1 + 1e-9)).all():
+                    load[links] += c * w
                 else:
                     incremental = False
             self.f_ti = np.concatenate([self.f_ti, np.fromiter((f[0] for f in new), np.int64, len(new))])
@@ -379,12 +405,13 @@ class _Run:
             self.f_rate = np.concatenate([self.f_rate, new_cap])
             lens = [len(f[1]) for f in new]
             self.e_link = np.concatenate([self.e_link] + [f[1] for f in new])
+            self.e_w = np.concatenate([self.e_w] + [f[3] for f in new])
             self.e_own = np.concatenate([self.e_own, np.repeat(np.arange(n0, n0 + len(new)), lens)])
         n = len(self.f_ti)
         if not incremental:
-            self.f_rate = (_max_min(self.e_link, self.e_own, n, cap, self.tb_cap_arr[self.f_ti])
+            self.f_rate = (_max_min(self.e_link, self.e_own, n, cap, self.tb_cap_arr[self.f_ti], self.e_w)
                            if n else np.zeros(0))
-            self.load = np.bincount(self.e_link, weights=self.f_rate[self.e_own] if n else None,
+            self.load = np.bincount(self.e_link, weights=self.f_rate[self.e_own] * self.e_w if n else None,
                                     minlength=len(cap)).astype(float)
         if self.timeline:
             self.link_load = self.load / cap
@@ -450,10 +477,12 @@ class _Run:
         if stuck:
             ti = stuck[0]
             gid, tid, _ = m.tbs[ti]
+            nstuck = int(sum(m.tb_size[x] for x in stuck)) if hasattr(m, "tb_size") else len(stuck)
             raise CollsError(f"the program hangs for calls of this size: gpu {gid} tb {tid} never gets past "
-                             f"step {self.pc[ti]} of pass {self.it[ti] + 1} ({len(stuck)} threadblocks stuck; "
+                             f"step {self.pc[ti]} of pass {self.it[ti] + 1} ({nstuck} threadblocks stuck; "
                              "colls verify explains why)")
-        res = RunResult(self.now + self.model.launch_us, self.npass, self.link_bytes, self.jumped, self.events)
+        res = RunResult(self.now + self.model.launch_us, self.npass, m.link_bytes(self.link_bytes), self.jumped,
+                        self.events)
         if self.timeline:
             res.tb_lanes = [(ti, iv) for ti, iv in enumerate(self.tb_iv) if iv]
             res.link_lanes = [(li, iv) for li, iv in enumerate(self.link_iv) if iv]
@@ -500,9 +529,11 @@ class _Run:
         self.snapshots.clear()
 
 
-def _max_min(idx: np.ndarray, own: np.ndarray, n: int, link_cap: np.ndarray, fcap: np.ndarray) -> np.ndarray:
+def _max_min(idx: np.ndarray, own: np.ndarray, n: int, link_cap: np.ndarray, fcap: np.ndarray,
+             weight: np.ndarray | None = None) -> np.ndarray:
     """Max-min fair rates of ``n`` flows; flow ``own[e]`` crosses link ``idx[e]`` (entries grouped by flow,
-    every flow with at least one link); flow f never exceeds ``fcap[f]``.
+    every flow with at least one link); flow f never exceeds ``fcap[f]``. ``weight[e]`` (default 1): how many
+    flows like ``own[e]`` cross the link (a flow standing for a class of alike ones, see symmetry).
 
     Water-filling, many bottlenecks per round: a link whose fair share (what is left of it over its
     unfrozen flows) is no more than any constraint of any of its flows is a bottleneck, and its flows get
@@ -516,10 +547,12 @@ def _max_min(idx: np.ndarray, own: np.ndarray, n: int, link_cap: np.ndarray, fca
     L = len(link_cap)
     flows = np.arange(n)
     cap = fcap.astype(float)
+    w = np.ones(len(idx)) if weight is None else weight.astype(float)
     while len(flows):
-        cnt = np.bincount(idx, minlength=L)
-        share = rem / np.maximum(cnt, 1)
-        share[cnt == 0] = np.inf
+        cnt = np.bincount(idx, weights=w, minlength=L)
+        used = cnt > 0
+        share = np.full(L, np.inf)
+        share[used] = rem[used] / cnt[used]
         e_share = share[idx]
         per_flow = np.bincount(own, minlength=len(flows))
         starts = np.cumsum(per_flow) - per_flow
@@ -532,10 +565,10 @@ def _max_min(idx: np.ndarray, own: np.ndarray, n: int, link_cap: np.ndarray, fca
         newly = got < np.inf
         rate[flows[newly]] = got[newly]
         e_new = newly[own]
-        rem = rem - np.bincount(idx[e_new], weights=got[own[e_new]], minlength=L)
+        rem = rem - np.bincount(idx[e_new], weights=got[own[e_new]] * w[e_new], minlength=L)
         keep = ~newly
         renum = np.cumsum(keep) - 1
         e_keep = ~e_new
-        idx, own = idx[e_keep], renum[own[e_keep]]
+        idx, own, w = idx[e_keep], renum[own[e_keep]], w[e_keep]
         flows, cap = flows[keep], cap[keep]
     return rate

@@ -1,0 +1,127 @@
+"""Identical threadblocks simulated once: the quotient of a :class:`~colls.simulate.engine.Machine` by an
+equitable partition of its threadblocks, connections and links.
+
+Two threadblocks are *alike* when they run the same steps at the same copy rate, wait on alike
+threadblocks, send and receive on alike connections; two connections when their senders are alike, their
+receivers are alike, their latencies are equal and their routes cross alike links in the same order; two
+links when they have the same capacity and are crossed by the same number of flows of each class of
+connection. The coarsest such partition is found by colour refinement (start from what each element is
+by itself, split classes by the classes of their neighbours until nothing splits).
+
+Within one class everything happens at the same time. By induction over the engine's batches: alike
+threadblocks start alike (step 0 of pass 0 at time 0), see the same counts on alike connections and the
+same flags of alike threadblocks, so they take the same decisions; and the max-min fair allocation gives
+alike flows the same rate, because progressive filling raises alike flows together and fills alike links
+together (every link of a class carries the same number of flows of each class at the same rates). So the
+engine only needs one representative of each class: its threadblock, its connection, its links. A link
+class is one constraint whose load counts each flow class ``n(L, F) = |F| x hops of F's route in L / |L|``
+times (the flows of class F that cross any one link of class L), and what it carries is what one of its
+links carries. The result (time, every link's bytes, the steady-state jump) is the full simulation's,
+up to floating-point rounding; ``tests/test_simulate.py`` checks it against the machine simulated whole.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+
+def _relabel(keys: list) -> list[int]:
+    """Dense class numbers for hashable keys, in order of first appearance (deterministic)."""
+    seen: dict = {}
+    return [seen.setdefault(k, len(seen)) for k in keys]
+
+
+def classes(m) -> tuple[list[int], list[int], list[int]]:
+    """The coarsest equitable partition of ``m``'s threadblocks, connections and links (class numbers)."""
+    T, C, L = len(m.tbs), len(m.conn_key), len(m.links)
+    # what each element is by itself
+    tb_c = _relabel([(tuple((s[0], s[1], s[2], s[3], s[4] >= 0, s[5], s[6], s[7]) for s in m.steps[ti]),
+                      m.tb_cap[ti], m.out_conn[ti] >= 0, m.in_conn[ti] >= 0) for ti in range(T)])
+    conn_c = _relabel([(round(m.conn_latency[c], 12), len(m.conn_links[c])) for c in range(C)])
+    link_c = _relabel([float(x) for x in m.link_cap])
+    crossing = [[] for _ in range(L)]                       # link -> connections crossing it
+    for c in range(C):
+        for li in m.conn_links[c].tolist():
+            crossing[li].append(c)
+    waits = [tuple(s[4] for s in m.steps[ti]) for ti in range(T)]
+    counts = (len(set(tb_c)), len(set(conn_c)), len(set(link_c)))
+    while True:
+        tb_n = _relabel([(tb_c[ti], conn_c[m.out_conn[ti]] if m.out_conn[ti] >= 0 else -1,
+                          conn_c[m.in_conn[ti]] if m.in_conn[ti] >= 0 else -1,
+                          tuple(tb_c[d] if d >= 0 else -1 for d in waits[ti])) for ti in range(T)])
+        conn_n = _relabel([(conn_c[c], tb_c[m.conn_sender[c]], tb_c[m.conn_receiver[c]],
+                            tuple(link_c[li] for li in m.conn_links[c].tolist())) for c in range(C)])
+        link_n = _relabel([(link_c[li], tuple(sorted(Counter(conn_c[c] for c in crossing[li]).items())))
+                           for li in range(L)])
+        new = (len(set(tb_n)), len(set(conn_n)), len(set(link_n)))
+        tb_c, conn_c, link_c = tb_n, conn_n, link_n
+        if new == counts:
+            return tb_c, conn_c, link_c
+        counts = new
+
+
+class Quotient:
+    """A Machine with one threadblock, connection and link per class; the engine runs it like a Machine.
+
+    ``conn_links[c]`` are link *classes*, ``conn_weight[c]`` the flows of ``c``'s class each link of that
+    class carries (``n(L, F)``), ``link_class[l]`` the class of original link ``l``.
+    """
+
+    def __init__(self, m, tb_c, conn_c, link_c):
+        self.full = m
+        self.program, self.topology, self.kind = m.program, m.topology, m.kind
+        rep_tb = _firsts(tb_c)
+        rep_conn = _firsts(conn_c)
+        rep_link = _firsts(link_c)
+        self.tb_size = np.bincount(tb_c, minlength=len(rep_tb))
+        conn_size = np.bincount(conn_c, minlength=len(rep_conn))
+        link_size = np.bincount(link_c, minlength=len(rep_link))
+        self.link_class = np.array(link_c, dtype=np.int64)
+        self.links = [m.links[li] for li in rep_link]
+        self.link_cap = m.link_cap[rep_link]
+        self.tbs = [m.tbs[ti] for ti in rep_tb]
+        self.tb_cap = [m.tb_cap[ti] for ti in rep_tb]
+        self.out_conn = [conn_c[m.out_conn[ti]] if m.out_conn[ti] >= 0 else -1 for ti in rep_tb]
+        self.in_conn = [conn_c[m.in_conn[ti]] if m.in_conn[ti] >= 0 else -1 for ti in rep_tb]
+        self.conn_key = [m.conn_key[c] for c in rep_conn]
+        self.conn_sender = [tb_c[m.conn_sender[c]] for c in rep_conn]
+        self.conn_receiver = [tb_c[m.conn_receiver[c]] for c in rep_conn]
+        self.conn_latency = [m.conn_latency[c] for c in rep_conn]
+        self.conn_links, self.conn_weight = [], []
+        for k, c in enumerate(rep_conn):
+            hops = Counter(link_c[li] for li in m.conn_links[c].tolist())
+            ls = sorted(hops)
+            self.conn_links.append(np.array(ls, dtype=np.int64))
+            self.conn_weight.append(np.array([conn_size[k] * hops[x] / link_size[x] for x in ls]))
+        self.steps = [[s[:4] + (tb_c[s[4]] if s[4] >= 0 else -1,) + s[5:] for s in m.steps[ti]]
+                      for ti in rep_tb]
+
+    def link_bytes(self, per_class: np.ndarray) -> np.ndarray:
+        """Each original link's bytes from its class's."""
+        return per_class[self.link_class]
+
+    def link_name(self, li: int) -> str:
+        return self.full.link_name(li)
+
+    def tb_name(self, ti: int) -> str:
+        gid, tid, tb = self.tbs[ti]
+        return f"gpu {gid} tb {tid} (ch {tb.chan})"
+
+
+def _firsts(labels: list[int]) -> list[int]:
+    first: dict = {}
+    for i, c in enumerate(labels):
+        first.setdefault(c, i)
+    return [first[c] for c in range(len(first))]
+
+
+def quotient(m) -> Quotient | None:
+    """The machine's quotient, or None when no two threadblocks are alike (nothing to gain)."""
+    if not m.tbs:
+        return None
+    tb_c, conn_c, link_c = classes(m)
+    if len(set(tb_c)) == len(tb_c):
+        return None
+    return Quotient(m, tb_c, conn_c, link_c)
