@@ -362,10 +362,13 @@ NCCL_STEPS_BYTES = 8          # a buffer holds NCCL_STEPS slots of at least a by
               help="milp: solver time per stage, CP-SAT deterministic seconds (default 10).")
 @click.option("--jobs", type=Whole(1, 1024), default=None, metavar="N",
               help="Processes for the simulations (default: the processors available); the result is the same.")
+@click.option("--margin", type=click.FloatRange(0, 99), default=None, metavar="PCT",
+              help="How much faster (percent) a file must be than the runtime's own algorithm to take a size "
+                   "(default: the simulator's measured error in the size's band, bench/CALIBRATION.md).")
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ranges as JSON.")
 def compile_cmd(hardware, nodes, collective, output, target, root, methods, sizes, sketch_path, time_limit, jobs,
-                quiet, as_json):
+                margin, quiet, as_json):
     """Choose the fastest file for every range of call sizes and write a folder the runtime loads.
 
     Every method is synthesized, proved and simulated from the smallest to the largest size beside
@@ -403,7 +406,8 @@ def compile_cmd(hardware, nodes, collective, output, target, root, methods, size
     say = (lambda line: None) if quiet else \
         (lambda line: click.echo(f"colls: [{time.perf_counter() - started:5.0f} s] {line}", err=True))
     plans = comp.plan(topo, kinds, target=target, root=root, sizes=size_list, methods=names, sketch=sketch,
-                      milp_options=milp_options, jobs=jobs or comp.default_jobs(), progress=say)
+                      milp_options=milp_options, jobs=jobs or comp.default_jobs(), progress=say,
+                      margin=None if margin is None else margin / 100)
     say("proving the chosen files")
     comp.lower_files(plans, target)
     written = comp.write(plans, output, topo, target)

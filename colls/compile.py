@@ -42,7 +42,6 @@ from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.files import check_output, write_atomic
 from colls.runtimes import calibration, get_target
-from colls.runtimes.calibration import margin
 from colls.simulate import Timing, parse_sizes, size_text
 from colls.simulate.baseline import Fastest, RuntimeDefault
 
@@ -92,6 +91,7 @@ class Plan:
     bound: object
     ranges: list
     notes: list = field(default_factory=list)
+    margins: list = field(default_factory=list)   # per size: how much faster a file must be to take it
 
     def best_timing(self, i: int) -> Timing | None:
         """The timing the chosen configuration gives at size index ``i`` (None: NCCL's own, not modelled)."""
@@ -104,10 +104,14 @@ class Plan:
 
 
 def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes=None, methods=METHODS,
-         sketch=None, milp_options: dict | None = None, jobs: int = 1,
+         sketch=None, milp_options: dict | None = None, jobs: int = 1, margin: float | None = None,
          progress: Callable[[str], None] = lambda line: None) -> list[Plan]:
-    """Synthesize, simulate and choose, for each collective in ``kinds`` (nothing is written)."""
+    """Synthesize, simulate and choose, for each collective in ``kinds`` (nothing is written).
+
+    ``margin``: how much faster (a fraction) a file must be than the runtime's own algorithm to take a size;
+    None: the model's measured error in the size's band (:func:`colls.runtimes.calibration.margin`)."""
     sizes = sorted(set(sizes or parse_sizes(DEFAULT_SIZES)))
+    margins = [margin if margin is not None else calibration.margin(s)[0] for s in sizes]
     plans = []
     for kind in kinds:
         rooted = kind in ("broadcast", "reduce")
@@ -145,7 +149,7 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
             if m.fastest is not None:
                 m.timings = next(rest)
         plans.append(Plan(kind, coll.root if rooted else None, sizes, found, nccl, bound,
-                          _ranges(found, nccl, sizes, target), notes))
+                          _ranges(found, nccl, sizes, target, margins), notes, margins))
     if target == "old":
         _keep_old_files(plans)
     return plans
@@ -238,7 +242,7 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _ranges(methods, nccl, sizes, target) -> list[Range]:
+def _ranges(methods, nccl, sizes, target, margins) -> list[Range]:
     winners = []
     for i in range(len(sizes)):
         best = None
@@ -246,7 +250,7 @@ def _ranges(methods, nccl, sizes, target) -> list[Range]:
             t = m.timings[i] if m.timings else None
             if t is not None and (best is None or t.time_us < best[1].time_us * (1 - 1e-9)):
                 best = (m, t)
-        if best is None or (nccl[i] is not None and best[1].time_us > nccl[i].time_us * (1 - margin(sizes[i])[0])):
+        if best is None or (nccl[i] is not None and best[1].time_us > nccl[i].time_us * (1 - margins[i])):
             winners.append(None)
         else:
             m, t = best
@@ -411,12 +415,18 @@ def summary_lines(plans, target: str) -> list[str]:
     return lines
 
 
+def _margin_words(plans) -> str:
+    if all(m == calibration.margin(s)[0] for p in plans for s, m in zip(p.sizes, p.margins)):
+        return ("the simulator's measured error in that size band (" + ", ".join(
+            f"{100 * err:.0f}% {name}" for _, name, err, _ in calibration.BANDS)
+            + ": the typical error against published runs, bench/CALIBRATION.md)")
+    return f"{100 * plans[0].margins[0]:g}% (--margin)"
+
+
 def readme(plans, topology, target: str) -> str:
     out = [MARKER, f"# MSCCL algorithms for {topology.name} ({topology.ngpus} GPUs), target {target}", "",
            "Written by `colls compile`. Each range of call sizes runs the file listed, or NCCL's own algorithm "
-           "where no file is faster by more than the simulator's measured error in that size band ("
-           + ", ".join(f"{100 * err:.0f}% {name}" for _, name, err, _ in calibration.BANDS)
-           + ", from its comparison with published runs). busbw is nccl-tests' bus bandwidth in GB/s, "
+           f"where no file is faster by more than {_margin_words(plans)}. busbw is nccl-tests' bus bandwidth in GB/s, "
            "modelled by `colls simulate`; \"of optimum\" is the share of `colls bound`'s best possible time.",
            "", "Install: `source env.sh` in the job's environment (it points the runtime at `algorithms/`). "
            "Check a call with `colls explain algorithms --ranks N --bytes SIZE`.", ""]
@@ -500,6 +510,7 @@ def to_json(plans, directory: str, written: list, target: str) -> dict:
                 "chunks_per_loop": r.compiled and r.compiled.program.nchunksperloop,
                 "protocol": r.winner and r.winner[2], "note": r.note,
                 "sizes": [{"size_bytes": p.sizes[i], "busbw_gbps": t and t.busbw_gbps, "bound_pct": t and t.bound_pct,
+                           "margin": p.margins[i],
                            "nccl_busbw_gbps": p.nccl[i] and p.nccl[i].busbw_gbps}
                           for i, t in zip(range(r.first, r.last + 1), timings)]})
         out["collectives"].append({

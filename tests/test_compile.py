@@ -64,7 +64,7 @@ def _digest(folder) -> dict:
 @pytest.fixture(scope="module")
 def compiled(small, tmp_path_factory):
     out = tmp_path_factory.mktemp("c") / "algos"
-    proc = _compile(small, out, "--json", "--quiet")
+    proc = _compile(small, out, "--json", "--quiet", "--margin", "0")   # any faster file takes its sizes
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     return out, json.loads(proc.stdout)
@@ -84,7 +84,7 @@ def test_ranges_partition_the_sizes_and_files_verify(compiled):
     for r in ranges:
         for s in r["sizes"]:
             if r["file"]:   # a file claims a size only where it beats the runtime's own algorithm
-                need = 1 / (1 - margin(s["size_bytes"])[0])        # faster by more than the model's error
+                need = 1 / (1 - s["margin"])                      # faster by more than the margin
                 assert s["busbw_gbps"] >= s["nccl_busbw_gbps"] * need * 0.999
             else:
                 assert s["busbw_gbps"] == s["nccl_busbw_gbps"]
@@ -129,7 +129,7 @@ def test_rerun_is_byte_identical_and_replaces_the_folder(small, compiled, tmp_pa
     again = tmp_path / "algos"
     shutil.copytree(out, again)
     (again / "algorithms" / "stale.xml").write_text("<algo/>")     # a leftover of an earlier run goes
-    assert _compile(small, again, "--quiet").returncode == 0
+    assert _compile(small, again, "--quiet", "--margin", "0").returncode == 0
     assert _digest(again) == _digest(out)
     assert [n for n in os.listdir(tmp_path) if n.startswith(".")] == []
 
@@ -233,22 +233,39 @@ def test_refuses_a_folder_it_did_not_write(small, tmp_path):
 
 
 def test_dgx_a100_two_nodes_two_ranges_and_explain(tmp_path):
-    """The shipped default: at least two ranges, every file proved, explain picks the 1 KB and the 1 GB
-    file and names the divisibility rule for a size that does not divide."""
+    """The shipped default: the runtime keeps the sizes no file beats by more than the model's measured error,
+    every file is proved, explain picks the 1 GB file, says NCCL's own runs at 1 KB, and names the
+    divisibility rule for a size the file's range holds but its chunks do not divide."""
     out = tmp_path / "algos"
     proc = run("compile", "--hardware", "dgx-a100", "--nodes", "2", "--collective", "allreduce", "--methods",
-               "trees", "--sizes", "1KB,64MB", "-o", str(out), "--json", "--quiet")
+               "trees", "--sizes", "1KB,64MB,1GB", "-o", str(out), "--json", "--quiet")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     ranges = data["collectives"][0]["ranges"]
-    assert len(ranges) >= 2 and len(data["files"]) >= 2
-    small_file, large_file = ranges[0]["file"], ranges[-1]["file"]
-    for size, expected in ((1024, small_file), (1 << 30, large_file)):
-        proc = run("explain", str(out / "algorithms"), "--ranks", "16", "--bytes", str(size), "--json")
-        assert proc.returncode == 0, proc.stderr
-        assert json.loads(proc.stdout)["runs"].endswith(os.path.basename(expected))
-    proc = run("explain", str(out / "algorithms"), "--ranks", "16", "--bytes", "1000")
+    assert len(ranges) >= 2 and data["files"]
+    for r in ranges:
+        for s in r["sizes"]:
+            assert s["margin"] == margin(s["size_bytes"])[0]
+    large_file = ranges[-1]["file"]
+    assert large_file and ranges[0]["file"] is None
+    proc = run("explain", str(out / "algorithms"), "--ranks", "16", "--bytes", str(1 << 30), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["runs"].endswith(os.path.basename(large_file))
+    proc = run("explain", str(out / "algorithms"), "--ranks", "16", "--bytes", "1KB")
+    assert proc.returncode == 0 and "NCCL's own algorithm runs" in proc.stdout
+    proc = run("explain", str(out / "algorithms"), "--ranks", "16", "--bytes", str((1 << 30) + 4))
     assert proc.returncode == 0 and "not a multiple of nchunksperloop" in proc.stdout
+    readme = (out / "README.md").read_text()
+    assert "measured error" in readme and "16 MB and above" in readme
+
+
+def test_margin_option_is_said(small, tmp_path):
+    out = tmp_path / "algos"
+    proc = _compile(small, out, "--quiet", "--margin", "0", sizes="1KB,1MB")
+    assert proc.returncode == 0, proc.stderr
+    assert "0% (--margin)" in (out / "README.md").read_text()
+    proc = _compile(small, tmp_path / "bad", "--margin", "-3")
+    assert proc.returncode == 2 and "--margin" in proc.stderr
 
 
 def test_without_reaches_compile(small, tmp_path):
@@ -265,6 +282,6 @@ def test_ranges_without_a_modelled_nccl_go_to_the_fastest_file():
             self.time_us, self.served, self.extra = us, True, {"index": 0, "protocol": "LL"}
     ring = comp.Method("ring", timings=[T(5.0), None, T(9.0)])
     trees = comp.Method("trees", timings=[T(6.0), T(7.0), None])
-    ranges = comp._ranges([ring, trees], [None, None, None], [1024, 2048, 4096], "exe")
+    ranges = comp._ranges([ring, trees], [None, None, None], [1024, 2048, 4096], "exe", [0.1, 0.1, 0.1])
     assert [(r.first, r.last, r.winner[0]) for r in ranges] == [(0, 0, "ring"), (1, 1, "trees"), (2, 2, "ring")]
     assert [(r.min_bytes, r.max_bytes) for r in ranges] == [(0, 1024), (1025, 2048), (2049, 0)]

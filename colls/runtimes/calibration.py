@@ -10,10 +10,11 @@ from __future__ import annotations
 
 # (smallest size in bytes, band, typical error, points) -- largest band first
 BANDS = (
-    (16 << 20, "16 MB and above", 0.05, 0),
-    (64 << 10, "64 KB to 16 MB", 0.2, 0),
-    (0, "below 64 KB", 0.2, 0),
+    (16 << 20, '16 MB and above', 0.042, 66),
+    (64 << 10, '64 KB to 16 MB', 0.267, 36),
+    (0, 'below 64 KB', 0.173, 54),
 )
+
 
 
 def margin(size: int) -> tuple[float, str]:

@@ -24,10 +24,12 @@ One GPU generation's row (:data:`FAMILIES`) holds, per protocol, the runtime's o
   RCCL (``tuning_model_0``/``_4``, xGMI): LL .8, LL128 2.2, Simple 3.6 us -> 0, 1.4, 2.8.
 - ``tb_gbps``: one threadblock's copy rate (one SM copying with loads and stores), in wire bytes. NCCL's
   tuning caps a channel at ``perChMaxTreeBws`` for Simple (Volta 26.5, Ampere 24.0, Hopper 38.7 GB/s, one
-  node) and ``perChMaxRingLL128Bws`` for LL128 (Volta 20.0, Ampere 20.0, Hopper 36.7); LL has no cap of its
-  own beyond the Simple figure (its half data rate is the protocol's data fraction). RCCL publishes no
+  node) and ``perChMaxRingLL128Bws`` for LL128 (Volta 20.0, Ampere 20.0, Hopper 36.7). LL is capped for the
+  whole call at ``llMaxBws`` busbw (one node: Volta 39.0, Ampere 87.7, Hopper 141.0 GB/s): spread over NCCL's
+  32 channels (``MAXCHANNELS``) that is 1.2, 2.7 and 4.4 GB/s of data per channel, twice that on the wire
+  (LL moves 8 data bytes per 16). RCCL publishes no
   per-channel figure for MI250 (its 16-GCD tuning model gives only a node total, ``baseBw=161.4``): the
-  Ampere figure is used and said so.
+  Ampere Simple figure is used and said so, with RCCL's own ratios for LL and LL128 (below).
 - ``host_us``: what a call costs on the host before the GPU starts, by how calls are launched: ``stream``
   (a kernel launch and the proxy's start per call, as nccl-tests runs without ``-G``) or ``graph`` (calls
   captured in a CUDA graph, ``-G 1``: nothing per call beyond the kernel). No runtime publishes it; it is
@@ -37,10 +39,19 @@ One GPU generation's row (:data:`FAMILIES`) holds, per protocol, the runtime's o
   a stream launch costs about 22 us more. MI250X (ROCm/rccl pull request 929, 16 GCDs): 25 us allreduce
   floor without graphs.
 
+- ``net_step_us``: how much later a message that crosses the network arrives than its route's latency says
+  (a latency, not a threadblock's busy time: the proxy keeps several messages in flight): the host proxy
+  polls the GPU's flag, posts the RDMA write, and the receiving proxy polls its completion before the GPU
+  sees the data. NCCL's own estimate of a network step is 2.7-14 us by protocol (``hwLat[NET][RING]``);
+  published pairs of runs on one and two nodes with the same software give about 10 us per network step
+  (A100, CUDA graphs: allreduce 1 KB 16.96 -> 35.85 us over a tree's two network steps, allgather 12.53 ->
+  33.74 us, microsoft/mscclpp docs/performance-ndmv4.md; ring allreduce 8 B 34.7 us on one node,
+  microsoft/superbenchmark, and 93.1 us on two, NVIDIA/nccl issue 318, over four), of which the profiles'
+  NIC hops already carry about 2.6 us: 7.5 us.
+
 The MSCCL executor launches its own kernel per call and starts the proxy on the host like NCCL
 (``mscclRunAlgo`` in ``src/collectives/msccl.cc``), so a file pays the same ``host_us`` as NCCL's own
-algorithms. What is not modelled: NCCL's aggregate LL cap (``llMaxBws``), which only binds with many
-channels of LL at sizes where LL no longer wins.
+algorithms.
 """
 
 from __future__ import annotations
@@ -66,23 +77,34 @@ class Family:
     step_us: dict
     tb_gbps: dict
     host_us: dict
+    net_step_us: float = 7.5
 
 
 _NCCL_LAUNCH = {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}       # NCCL tuning.cc baseLat[RING]
 _NCCL_STEP = {"LL": 0.0, "LL128": 1.3, "Simple": 2.8}          # NCCL tuning.cc hwLat[NVLINK][RING] less LL
 _NCCL_HOST = {"stream": 22.0, "graph": 0.0}                    # measured, see the module docstring
+MAX_CHANNELS = 32                                              # NCCL src/include/device.h MAXCHANNELS
+
+
+def _ll(ll_max_busbw: float) -> float:
+    """A threadblock's LL wire rate from NCCL's llMaxBws (one node): the cap over MAXCHANNELS, x2 for the flags."""
+    return 2 * ll_max_busbw / MAX_CHANNELS
+
 
 FAMILIES = {
     "Volta": Family("Volta", "NCCL", _NCCL_LAUNCH, _NCCL_STEP,
-                    {"LL": 26.5, "LL128": 20.0, "Simple": 26.5}, _NCCL_HOST),
+                    {"LL": _ll(39.0), "LL128": 20.0, "Simple": 26.5}, _NCCL_HOST),
     "Ampere": Family("Ampere", "NCCL", _NCCL_LAUNCH, _NCCL_STEP,
-                     {"LL": 24.0, "LL128": 20.0, "Simple": 24.0}, _NCCL_HOST),
+                     {"LL": _ll(87.7), "LL128": 20.0, "Simple": 24.0}, _NCCL_HOST),
     "Hopper": Family("Hopper", "NCCL", _NCCL_LAUNCH, _NCCL_STEP,
-                     {"LL": 38.7, "LL128": 36.7, "Simple": 38.7}, _NCCL_HOST),
-    # RCCL on MI250 (gfx90a): baseLat {12, 12, 17}; hwLat xGMI ring {.8, 2.2, 3.6} (ROCm/rccl tuning.cc)
+                     {"LL": _ll(141.0), "LL128": 36.7, "Simple": 38.7}, _NCCL_HOST),
+    # RCCL on MI250 (gfx90a): baseLat {12, 12, 17}; hwLat xGMI ring {.8, 2.2, 3.6}; the 16-GCD node's tuning
+    # model (rome_model_65: tuning=4) rates ring LL at .15 and LL128 at .41 of Simple's bandwidth (bwRatio,
+    # up to 2 nodes) -- data rates, so x2 and x128/120 on the wire (ROCm/rccl src/graph/tuning.cc)
     "CDNA2": Family("CDNA2", "RCCL", {"LL": 12.0, "LL128": 12.0, "Simple": 17.0},
                     {"LL": 0.0, "LL128": 1.4, "Simple": 2.8},
-                    {"LL": 24.0, "LL128": 24.0, "Simple": 24.0}, {"stream": 10.0, "graph": 0.0}),
+                    {"LL": 2 * 0.15 * 24.0, "LL128": 128 / 120 * 0.41 * 24.0, "Simple": 24.0},
+                    {"stream": 10.0, "graph": 0.0}),
 }
 DEFAULT_FAMILY = "Ampere"     # a GPU model no row names: the Ampere figures, said wherever results are shown
 
@@ -118,6 +140,7 @@ class Model:
     tb_gbps : a threadblock's copy rate (GB/s) for every threadblock; None: by GPU model (:func:`tb_rate`)
         times ``tb_factor``.
     tb_factor : the protocol's copy rate relative to Simple's (LL128 is capped lower than Simple).
+    net_step_us : how much later than its route's latency a message that crosses a NIC arrives.
     """
 
     launch_us: float
@@ -125,6 +148,7 @@ class Model:
     data_fraction: float
     tb_gbps: float | None = None
     tb_factor: float = 1.0
+    net_step_us: float = 0.0
     notes: tuple = field(default=(), compare=False)
 
 
@@ -134,7 +158,7 @@ def model_for(proto: str | None, gpu_model: str | None = None, *, launch: str = 
     proto = proto if proto in DATA_FRACTION else "Simple"
     fam = family_of(gpu_model)
     return Model(fam.host_us[launch] + fam.launch_us[proto], fam.step_us[proto], DATA_FRACTION[proto], tb_gbps,
-                 fam.tb_gbps[proto] / fam.tb_gbps["Simple"])
+                 fam.tb_gbps[proto] / fam.tb_gbps["Simple"], fam.net_step_us)
 
 
 def for_protocol(proto: str | None, tb_gbps: float | None = None, *, gpu_model: str | None = None,

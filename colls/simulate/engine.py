@@ -61,7 +61,7 @@ import numpy as np
 from colls.errors import CollsError
 from colls.program import STEP_SEMANTICS, Program
 from colls.runtimes.costs import Model, tb_rate
-from colls.topology import Topology
+from colls.topology import NIC, Topology
 from colls.verify.execution import chunk_effective_bytes, fifo_messages, max_allowed_count
 from colls.verify.structure import kernel_numbers
 
@@ -126,7 +126,7 @@ class Machine:
             if tb.recv is not None and tb.recv >= 0:
                 c = conn((tb.recv, gid, tb.chan))
                 self.in_conn[ti], self.conn_receiver[c] = c, ti
-        self.conn_links, self.conn_latency = [], []
+        self.conn_links, self.conn_latency, self.conn_net = [], [], []
         for src, dst, chan in self.conn_key:
             route = topology.route(src, dst) if src != dst else None
             if route is None:
@@ -134,6 +134,7 @@ class Machine:
                                  "route between them", key="--hardware")
             self.conn_links.append(np.array([link_index[(u, v)] for u, v in zip(route, route[1:])], dtype=np.int64))
             self.conn_latency.append(topology.route_latency(route))
+            self.conn_net.append(any(topology.graph.nodes[v]["kind"] == NIC for v in route))
         self.conn_weight = [np.ones(len(x)) for x in self.conn_links]     # flows per link (see symmetry)
         self._quotient = False
         # steps, flattened per threadblock
@@ -209,6 +210,7 @@ class _Run:
         self.nfull = sum(1 for b in self.pass_bytes if b == self.pass_bytes[0])
         self.cap = fifo_messages(proto)
         self.step_us = model.step_us
+        self.net_us = model.net_step_us
         self.wire = 1.0 / model.data_fraction
         T, C = len(m.tbs), len(m.conn_key)
         self.tb_cap = ([model.tb_gbps * 1000.0 for _ in range(T)] if model.tb_gbps
@@ -326,7 +328,7 @@ class _Run:
             self.record(self.tb_iv[ti], self.act_start[ti], self.now, kind)
         if snd:
             c = m.out_conn[ti]
-            self.push(self.now + m.conn_latency[c], _ARRIVE, c)
+            self.push(self.now + m.conn_latency[c] + (self.net_us if m.conn_net[c] else 0.0), _ARRIVE, c)
         if rcv:
             c = m.in_conn[ti]
             self.consumed[c] += 1

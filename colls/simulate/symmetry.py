@@ -39,7 +39,7 @@ def classes(m) -> tuple[list[int], list[int], list[int]]:
     # what each element is by itself
     tb_c = _relabel([(tuple((s[0], s[1], s[2], s[3], s[4] >= 0, s[5], s[6], s[7]) for s in m.steps[ti]),
                       m.tb_cap[ti], m.out_conn[ti] >= 0, m.in_conn[ti] >= 0) for ti in range(T)])
-    conn_c = _relabel([(round(m.conn_latency[c], 12), len(m.conn_links[c])) for c in range(C)])
+    conn_c = _relabel([(round(m.conn_latency[c], 12), len(m.conn_links[c]), m.conn_net[c]) for c in range(C)])
     link_c = _relabel([float(x) for x in m.link_cap])
     crossing = [[] for _ in range(L)]                       # link -> connections crossing it
     for c in range(C):
@@ -89,6 +89,7 @@ class Quotient:
         self.conn_sender = [tb_c[m.conn_sender[c]] for c in rep_conn]
         self.conn_receiver = [tb_c[m.conn_receiver[c]] for c in rep_conn]
         self.conn_latency = [m.conn_latency[c] for c in rep_conn]
+        self.conn_net = [m.conn_net[c] for c in rep_conn]
         self.conn_links, self.conn_weight = [], []
         for k, c in enumerate(rep_conn):
             hops = Counter(link_c[li] for li in m.conn_links[c].tolist())
