@@ -90,10 +90,9 @@ def why_not(p: dict, profiles: dict) -> str | None:
     gpn = p.get("gpus_per_node") or count
     if gpn > count:
         return f"{gpn} GPUs per node; {prof} has {count}"
-    if gpn < count and not all(s.get("gpus") == "all" for s in profiles[prof].get("switches") or []):
+    switches = profiles[prof].get("switches") or []
+    if gpn < count and not (switches and all(s.get("gpus") == "all" for s in switches)):
         return f"{gpn} of {prof}'s {count} GPUs: a part of a mesh node is not modelled"
-    if gpn < count and not profiles[prof].get("switches"):
-        return f"{gpn} of {prof}'s {count} GPUs and no switch"
     if p["nodes"] > 1:
         net = str(p.get("network") or "").lower() + " " + str(p.get("caveat") or "").lower()
         if any(w in net for w in OTHER_NETWORKS):

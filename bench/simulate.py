@@ -28,7 +28,7 @@ CACHE = HERE / "simulated.json"
 PLOTS = HERE / "plots"
 PROFILES = ("dgx-a100", "dgx-h100", "dgx2", "ndv2", "mi250")
 NODES = (1, 2, 4)
-METHODS = ("ring", "direct", "trees", "nccl-ring")
+METHODS = ("ring", "direct", "trees", "nccl")
 KINDS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce")
 SIZES = "1KB:4GB:4"
 SHOWN = ("1KB", "64KB", "1MB", "16MB", "256MB", "4GB")   # table columns
@@ -51,9 +51,9 @@ def run_one(profile: str, nodes: int, method: str, kind: str) -> dict:
     except CollsError:
         b = None
     try:
-        if method == "nccl-ring":
-            from colls.simulate.baseline import Baseline
-            base = Baseline(topo, kind, "ring", target=target)
+        if method == "nccl":
+            from colls.simulate.baseline import RuntimeDefault
+            base = RuntimeDefault(topo, kind, target=target)
             timings = [base.time(s, b) for s in sizes]
         else:
             compiled = pipeline.compile_schedule(topo, Collective(kind, topo.ngpus), method, target=target)
@@ -102,8 +102,9 @@ def write_markdown(data: dict, keys: list[str], args) -> None:
              "busbw in GB/s (nccl-tests' convention) of out-of-place calls, as `colls simulate` models them; "
              "`n/a`: the file is not used for that size (the runtime runs its own algorithm: the per-rank "
              "count is not a multiple of nchunksperloop); `refused`: the method wrote no file (its message "
-             "is in `bench/simulated.json`). `nccl-ring` is NCCL's own ring at its best protocol and channel "
-             "count per size, on the same model. `% opt` is the 4GB call's share of the optimum "
+             "is in `bench/simulated.json`). `nccl` is what the runtime runs by itself (`colls simulate --baseline "
+             "nccl`: the fastest of its ring, tree, NVLS and grouped sends at each size, each at its best protocol "
+             "and channel count), on the same model. `% opt` is the 4GB call's share of the optimum "
              "(`colls bound`). Plots (algbw against size, one line per method, the optimum dashed) are in "
              "`bench/plots/`.", ""]
     groups = {}

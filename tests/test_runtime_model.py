@@ -166,3 +166,32 @@ def test_graph_launch_is_faster_by_the_host_cost():
     s = RuntimeDefault(topo("dgx-a100"), "allgather", algorithms=("ring",), launch="stream").time(1 << 10)
     g = RuntimeDefault(topo("dgx-a100"), "allgather", algorithms=("ring",), launch="graph").time(1 << 10)
     assert math.isclose(s.time_us - g.time_us, FAMILIES["Ampere"].host_us["stream"], rel_tol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------------
+# The command line
+# ------------------------------------------------------------------------------------------------------
+def _cli(*args):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-c", "from colls.cli import main; main()", *args],
+                          capture_output=True, text=True)
+
+
+def test_simulate_baseline_nccl_names_its_choices(tmp_path):
+    proc = _cli("simulate", "--baseline", "nccl", "--collective", "allreduce", "--hardware", "dgx-h100",
+                "--sizes", "1KB,1GB")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "NCCL 2.23.4 default (ring, tree, nvls" in out
+    assert "1GB nvls Simple/16ch" in out and "does not bound it" in out
+    proc = _cli("simulate", "--baseline", "nccl", "--collective", "allreduce", "--hardware", "dgx-h100",
+                "--timeline", str(tmp_path / "t.png"), "--size", "1GB")
+    assert proc.returncode == 2 and "closed form" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "t.png").exists()
+
+
+def test_simulate_forced_nvls_where_there_is_none():
+    proc = _cli("simulate", "--baseline", "nccl-nvls", "--collective", "allreduce", "--hardware", "dgx-a100",
+                "--sizes", "1MB")
+    assert proc.returncode == 2 and "--baseline" in proc.stderr and "Hopper" in proc.stderr
