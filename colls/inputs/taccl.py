@@ -299,7 +299,7 @@ def _chunk(check: _Checker, name: str, chunk) -> int:
                                f"give the size (--taccl-chunk)")
         nbytes = int(m.group(1)) * _SIZE_UNITS[m.group(2).upper()]
     elif isinstance(chunk, str):
-        from colls.simulate import parse_sizes
+        from colls.sizes import parse_sizes
         sizes = parse_sizes(chunk, "--taccl-chunk")
         if len(sizes) != 1:
             raise CollsError(f"expected one size, got {excerpt(chunk)}", key="--taccl-chunk")
@@ -387,5 +387,5 @@ def _edge(g, u, v, bw, count, latency, cls) -> None:
 
 
 def _size_text(nbytes: int) -> str:
-    from colls.simulate import size_text  # noqa: PLC0415 (the simulator loads numpy; only needed here)
+    from colls.sizes import size_text
     return size_text(nbytes)
