@@ -46,7 +46,7 @@ class Compiled:
     topology: Topology
     schedule: Schedule
     program: Program
-    text: str
+    text: str | None                   # None for a program proven in memory (compile_schedule's in_memory)
     report: "verify.Report"
     target: Target
     mode: str
@@ -137,7 +137,7 @@ def milp_words(facts: dict) -> str | None:
 def compile_schedule(topology: Topology, collective: Collective, method: str, *, target: str = "exe",
                      instances: int = 1, proto: str = "Simple", min_bytes: int = 0, max_bytes: int = 0,
                      mode: str = "both", options: dict | None = None,
-                     progress: Callable[[str], None] | None = None) -> Compiled:
+                     progress: Callable[[str], None] | None = None, in_memory: bool = False) -> Compiled:
     """Synthesize, lower, emit and prove one schedule. Raises CollsError when any stage refuses.
 
     For ``trees`` without ``trees_per_gpu``, the optimal number of trees per GPU is tried first and,
@@ -147,10 +147,15 @@ def compile_schedule(topology: Topology, collective: Collective, method: str, *,
     Before any synthesis, :func:`check_limits` refuses (LimitError, in milliseconds) what the target
     cannot load whatever the schedule. ``progress``, when given, is called with one line per stage
     once the work has taken more than a second (the CLI prints them on a terminal).
+
+    ``in_memory``: for programs that are only simulated, never written (NCCL's own algorithms in
+    :mod:`colls.simulate.defaults`): the Program is proven by :func:`colls.verify.verify` as built,
+    without the XML round trip (``text`` is None), the schedule's own check is left to that proof, and
+    the facts that need the collective's bound are skipped. A file is never written from such a result.
     """
     with msccl.paused_gc():  # millions of acyclic objects: a third of a 128-rank ring's time
         return _compile(topology, collective, method, target, instances, proto, min_bytes, max_bytes,
-                        mode, options, _Progress(progress))
+                        mode, options, _Progress(progress), in_memory)
 
 
 class _Progress:
@@ -262,7 +267,7 @@ def check_limits(topology: Topology, collective: Collective, method: str, tgt: T
 
 
 def _compile(topology, collective, method, target, instances, proto, min_bytes, max_bytes, mode,
-             options, progress) -> Compiled:
+             options, progress, in_memory=False) -> Compiled:
     tgt = get_target(target)
     _check_options(topology, collective, tgt, instances, proto, min_bytes, max_bytes, mode)
     synth.get_method(method)
@@ -274,8 +279,10 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
         options.setdefault("max_tbs", tgt.max_tbs)  # lanes are chosen to fit what the runtime loads
     if method == "ring" and "rings" not in options:  # ring counts are chosen among those that fit
         options.update(max_steps=tgt.max_steps, max_channels=tgt.max_channels)
+    elif method == "ring":      # a given count: the target's steps only say where the lowering starts
+        options.setdefault("max_steps", tgt.max_steps)
     settings = dict(instances=instances, proto=proto, min_bytes=min_bytes, max_bytes=max_bytes,
-                    mode=mode, progress=progress)
+                    mode=mode, progress=progress, in_memory=in_memory)
     if method == "ring" and "rings" not in options and collective.kind != "alltoall":
         return _compile_ring(topology, collective, tgt, options, settings)
     if method != "trees" or "trees_per_gpu" in options:
@@ -323,15 +330,16 @@ def _compile_ring(topology, collective, tgt, options, settings) -> Compiled:
 
 def _compile_once(topology: Topology, collective: Collective, method: str, tgt: Target, options: dict,
                   *, instances: int, proto: str, min_bytes: int, max_bytes: int, mode: str,
-                  progress: _Progress, seen: dict | None = None) -> Compiled:
+                  progress: _Progress, seen: dict | None = None, in_memory: bool = False) -> Compiled:
     progress(f"synthesizing {method} {collective.kind} for {collective.nranks} ranks")
     schedule = synth.get_method(method)(topology, collective, **options)
     if seen is not None:
         seen.update(schedule.info)
-    progress(f"checking the schedule ({len(schedule.ops)} transfers)")
-    schedule.check()
+    if not in_memory:           # in memory, the program's proof below covers what this one shows
+        progress(f"checking the schedule ({len(schedule.ops)} transfers)")
+        schedule.check()
     return _lower(topology, schedule, method, tgt, instances=instances, proto=proto, min_bytes=min_bytes,
-                  max_bytes=max_bytes, mode=mode, progress=progress)
+                  max_bytes=max_bytes, mode=mode, progress=progress, in_memory=in_memory)
 
 
 def relower(compiled: Compiled, *, instances: int | None = None, proto: str | None = None,
@@ -360,7 +368,7 @@ def relower(compiled: Compiled, *, instances: int | None = None, proto: str | No
 
 
 def _lower(topology: Topology, base: Schedule, method: str, tgt: Target, *, instances: int, proto: str,
-           min_bytes: int, max_bytes: int, mode: str, progress: _Progress) -> Compiled:
+           min_bytes: int, max_bytes: int, mode: str, progress: _Progress, in_memory: bool = False) -> Compiled:
     collective = base.collective
     schedule = base.replicate(instances)
     progress("lowering to the MSCCL IR")
@@ -370,10 +378,15 @@ def _lower(topology: Topology, base: Schedule, method: str, tgt: Target, *, inst
         name=f"colls-{method}-{collective.kind}{_root_tag(collective)}-{topology.name.replace(' ', '')}",
         sms=topology.min_sms())
     program = lowering.lower(schedule, tgt, opts)
-    text = msccl.emit(program)
-    progress(f"verifying the file ({len(text) // 1024} KiB)")
-    parsed, text_findings = msccl.parse(text, source="<generated>")
-    report = verify.verify(parsed, tgt, sms=topology.min_sms(), findings=text_findings)
+    if in_memory:
+        text = None
+        progress("verifying the program")
+        report = verify.verify(program, tgt, sms=topology.min_sms(), source="<generated>")
+    else:
+        text = msccl.emit(program)
+        progress(f"verifying the file ({len(text) // 1024} KiB)")
+        parsed, text_findings = msccl.parse(text, source="<generated>")
+        report = verify.verify(parsed, tgt, sms=topology.min_sms(), findings=text_findings)
     if not report.ok:
         first = next(f for f in report.findings if f.severity == "error")
         hint = ""
@@ -381,7 +394,7 @@ def _lower(topology: Topology, base: Schedule, method: str, tgt: Target, *, inst
             hint = "; this schedule does not support in-place calls: pass --outofplace-only"
         raise CollsError(f"{method} {collective.kind} on {topology.name}: the generated program does "
                          f"not verify for {tgt.name}: {first}{hint}")
-    facts = _facts(topology, schedule, program, tgt, method, mode)
+    facts = _facts(topology, schedule, program, tgt, method, mode, with_bound=not in_memory)
     return Compiled(topology, schedule, program, text, report, tgt, mode, facts, base=base, method=method)
 
 
@@ -408,9 +421,10 @@ def _check_options(topology, collective, tgt, instances, proto, min_bytes, max_b
         raise CollsError(f"unknown mode {mode!r}")
 
 
-def _facts(topology, schedule, program, tgt, method, mode) -> dict:
+def _facts(topology, schedule, program, tgt, method, mode, with_bound: bool = True) -> dict:
     coll = schedule.collective
-    algbw, link = schedule.model_algbw(topology)
+    # the link-load model and the bound are for the summary of a file; a program proven in memory has none
+    algbw, link = schedule.model_algbw(topology) if with_bound else (None, None)
     facts = {
         "collective": coll.kind, "method": method, "hardware": topology.name, "target": tgt.name,
         "gpus": coll.nranks, "threadblocks": program.max_tbs(), "channels": program.nchannels,
@@ -424,7 +438,7 @@ def _facts(topology, schedule, program, tgt, method, mode) -> dict:
         "busiest_link": None if link is None else f"{topology.label(link[0])} -> {topology.label(link[1])}",
         "method_info": _jsonable(schedule.info),
     }
-    bound = _bound_or_none(topology, coll)
+    bound = _bound_or_none(topology, coll) if with_bound else None
     if bound is not None:
         facts["bound_algbw_gbps"] = float(bound.algbw)
         facts["bound_exact"] = bound.exact

@@ -209,3 +209,33 @@ def test_program_beyond_the_gpu_names_channels():
     # 15 peers per rank, a threadblock each per channel: 8 channels need 120 of the A100's 108 SMs
     with pytest.raises(CollsError, match="^--channels"):
         build("dgx-a100 x2", "alltoall", "ring", 8)
+
+
+@pytest.mark.parametrize("name,kind,algorithm,channels", [
+    ("dgx-a100 x2", "allreduce", "ring", 2), ("dgx-a100 x2", "allreduce", "tree", 2),
+    ("dgx-a100 x4", "allgather", "ring", 1), ("dgx-a100 x2", "alltoall", "ring", 2)])
+def test_programs_proven_in_memory_survive_the_file_round_trip(name, kind, algorithm, channels):
+    """NCCL's programs are proven as built, without writing and re-reading them: the XML round trip gives
+    back the same Program and no finding of its own, so it would prove nothing more."""
+    from colls import msccl
+    program = build(name, kind, algorithm, channels)
+    parsed, findings = msccl.parse(msccl.emit(program), source="<generated>")
+    assert parsed == program
+    assert not findings
+
+
+def test_given_ring_count_lowers_from_the_segments_it_needs():
+    """With the ring count given, the lowering starts at the step segments a ring needs (fewer cannot fit
+    a threadblock); the program is the one a search from one segment finds."""
+    from colls import lower as lowering
+    from colls.pipeline import compile_schedule
+    from colls.runtimes import get_target
+    topo = hardware.load_topology("dgx-a100", nodes=8)
+    coll = Collective("allreduce", topo.ngpus)
+    hinted = compile_schedule(topo, coll, "ring", options={"rings": 1}, in_memory=True)
+    assert hinted.schedule.info["min_segments"] > 1
+    schedule = hinted.schedule
+    schedule.info.pop("min_segments")
+    searched = lowering.lower(schedule, get_target("exe"), lowering.LowerOptions(
+        name=hinted.program.name, sms=topo.min_sms()))
+    assert searched == hinted.program

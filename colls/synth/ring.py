@@ -814,7 +814,7 @@ def synthesize(topology: Topology, collective: Collective, *, rings: int | None 
     best.info.update(_ring_info(topology, sets[best_count]), rings=best_count,
                      algbw_by_ring_count=[[count, float(bw)] for count, bw in tried.items()])
     best.info.update(schedule_facts(best, topology))
-    if max_steps and not rings:  # where the lowering starts splitting the rings' steps
+    if max_steps:  # where the lowering starts splitting the rings' steps (fewer segments cannot fit)
         best.info["min_segments"] = segments_needed(collective, best_count, max_steps)
     return best
 
