@@ -118,8 +118,7 @@ def _profile_path(prof: str, gpn: int, profiles: dict, tmp: Path) -> str:
         else:
             nics.append(nic)
     out["nics"] = nics
-    for key in ("direct",):
-        out.pop(key, None)
+    out.pop("direct", None)
     path = tmp / f"{out['name']}.yaml"
     path.write_text(yaml.safe_dump(out))
     return str(path)
@@ -167,11 +166,6 @@ def _timed_group(key, sizes, tmpdir):
 def _profiles() -> dict:
     root = HERE.parent / "hardware"
     return {p.stem: yaml.safe_load(p.read_text()) for p in root.glob("*.yaml")}
-
-
-def _busbw_factor(kind: str, n: int) -> float:
-    return 2 * (n - 1) / n if kind == "allreduce" else (n - 1) / n if kind in (
-        "allgather", "reducescatter", "alltoall") else 1.0
 
 
 def _write_margins(rows) -> None:

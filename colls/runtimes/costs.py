@@ -58,12 +58,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-PROTOCOLS = ("LL", "LL128", "Simple")
-
 # Data bytes per wire byte, per protocol (see the module docstring).
 DATA_FRACTION = {"Simple": 1.0, "LL128": 120 / 128, "LL": 8 / 16}
 
-LAUNCH_MODES = ("stream", "graph")
 DEFAULT_LAUNCH = "stream"
 
 

@@ -346,12 +346,7 @@ def _tree_program(topology: Topology, collective: Collective, channels: int, pro
     name = f"nccl-tree-allreduce-{topology.name.replace(' ', '')}"
     program = lowering.lower(schedule, tgt, lowering.LowerOptions(proto=proto, name=name,
                                                                   sms=topology.min_sms()))
-    report = verify.verify(program, tgt, sms=topology.min_sms(), source="<generated>")  # as built: never written
-    if not report.ok:
-        first = next(f for f in report.findings if f.severity == "error")
-        raise CollsError(f"NCCL tree allreduce on {topology.name}: the program does not verify for "
-                         f"{tgt.name}: {first}")
-    return program
+    return _proven(program, topology, tgt, f"NCCL tree allreduce on {topology.name}")
 
 
 def _p2p_program(topology: Topology, collective: Collective, channels: int, proto: str, tgt: Target) -> Program:
@@ -379,11 +374,17 @@ def _p2p_program(topology: Topology, collective: Collective, channels: int, prot
         gpus.append(Gpu(r, ncpl, ncpl, 0, tbs))
     program = Program(f"nccl-p2p-alltoall-{topology.name.replace(' ', '')}", tgt.coll_name("alltoall"), n, ncpl,
                       channels, proto, 0, 1, 0, 0, gpus)
-    report = verify.verify(program, tgt, sms=topology.min_sms(), source="<generated>")  # as built: never written
+    return _proven(program, topology, tgt, f"NCCL alltoall on {topology.name} with {channels} channels",
+                   key="--channels")
+
+
+def _proven(program: Program, topology: Topology, tgt: Target, what: str, key: str | None = None) -> Program:
+    """``program`` if the verifier finds no error in it as built (it is simulated, never written), else
+    CollsError naming the first error."""
+    report = verify.verify(program, tgt, sms=topology.min_sms(), source="<generated>")
     if not report.ok:
         first = next(f for f in report.findings if f.severity == "error")
-        raise CollsError(f"NCCL alltoall on {topology.name} with {channels} channels: the program does not verify "
-                         f"for {tgt.name}: {first}", key="--channels")
+        raise CollsError(f"{what}: the program does not verify for {tgt.name}: {first}", key=key)
     return program
 
 

@@ -132,9 +132,7 @@ def _net_route_us(topology: Topology, nodes: dict) -> float:
     keys = sorted(nodes)
     a, b = nodes[keys[0]][0], nodes[keys[1]][0]
     route = topology.route(a, b)
-    if not route:
-        return 0.0
-    return sum(topology.latency(u, v) for u, v in zip(route, route[1:]))
+    return topology.route_latency(route) if route else 0.0
 
 
 __all__ = ["Nvls", "nvls_reason"]
