@@ -342,3 +342,35 @@ def test_water_filling_gives_the_max_min_fair_rates(data):
     cap = np.array(data.draw(st.lists(st.integers(1, 6), min_size=nlinks, max_size=nlinks)), float) * 10
     fcap = np.array(data.draw(st.lists(st.integers(1, 9), min_size=n, max_size=n)), float) * 3
     assert _max_min(idx, own, n, cap, fcap) == pytest.approx(progressive_filling(idx, own, n, cap, fcap))
+
+
+@pytest.mark.parametrize("machine", ["shared-nic2x4", "rails2x2", "switch4-slow"])
+@pytest.mark.parametrize("kind", ["allreduce", "allgather", "reducescatter"])
+@pytest.mark.parametrize("proto", ["Simple", "LL", "LL128"])
+def test_the_jump_inside_a_pass_equals_the_full_simulation(machine, kind, proto):
+    """A ring's N-2 alike steps settle into a period; jumping over the repeats gives the full simulation's
+    time and link bytes, with one ring or several, one pass or many."""
+    from colls.simulate.defaults import ring_machine, ring_orders
+    topo = MACHINES[machine]()
+    for rings, orders in ring_orders(topo, kind, [1, 3]).items():
+        head, m = ring_machine(topo, kind, orders)
+        u = 4 * head.nchunksperloop
+        for size in (u, u * 4096, u * (1 << 19) * 9 + 3 * u):
+            kw = dict(ncpl=head.nchunksperloop, proto=proto)
+            fast = run(m, size, for_protocol(proto), **kw)
+            full = run(m, size, for_protocol(proto), extrapolate=False, **kw)
+            assert fast.time_us == pytest.approx(full.time_us, rel=1e-9)
+            assert fast.link_bytes == pytest.approx(full.link_bytes, rel=1e-9)
+            assert full.extrapolated_steps == 0
+
+
+def test_a_long_ring_costs_its_transient_not_its_length():
+    """A 32-rank ring allreduce on two DGX-2: once the pipeline settles, its 2 x 30 alike steps are jumped."""
+    from colls.simulate.defaults import ring_machine, ring_orders
+    topo = load_topology("dgx2", nodes=2)
+    head, m = ring_machine(topo, "allreduce", ring_orders(topo, "allreduce", [1])[1])
+    kw = dict(ncpl=head.nchunksperloop, proto="Simple")
+    fast = run(m, 1 << 16, for_protocol("Simple"), **kw)
+    full = run(m, 1 << 16, for_protocol("Simple"), extrapolate=False, **kw)
+    assert fast.time_us == pytest.approx(full.time_us, rel=1e-9)
+    assert fast.extrapolated_steps >= 30 and fast.events * 4 < full.events

@@ -83,27 +83,69 @@ class RunResult:
     tb_lanes: list = field(default_factory=list)    # [(tb index, [(start, end, kind)])]
     link_lanes: list = field(default_factory=list)  # [(link index, [(start, end, kind)])]
     truncated: bool = False
+    extrapolated_steps: int = 0     # steps skipped by the jumps inside passes (of the reference threadblock)
+
+
+def step_tuples(steps) -> list[tuple]:
+    """A threadblock's steps as the engine runs them: (sends, receives, nop, chunks, waits-on tb id or -1, deps,
+    publishes, kernel step number, kind). Nops without a dependency are kept but numbered as the loader
+    numbers them (:func:`colls.verify.structure.kernel_numbers`); a nop's dependency counts only when a real
+    step follows it."""
+    numbers = kernel_numbers(steps)
+    real_after = [False] * (len(steps) + 1)
+    for i in range(len(steps) - 1, -1, -1):
+        real_after[i] = real_after[i + 1] or steps[i].type != "nop"
+    out = []
+    for i, st in enumerate(steps):
+        snd, rcv, _, _, red = STEP_SEMANTICS[st.type]
+        nop = st.type == "nop"
+        waits = st.depid is not None and st.depid >= 0 and (not nop or real_after[i])
+        kind = ("recv+send" if snd and rcv else "send" if snd else "recv" if rcv else "nop" if nop
+                else "reduce" if red else "copy")
+        out.append((snd, rcv, nop, max(int(st.cnt or 0), 0), st.depid if waits else -1, int(st.deps or 0),
+                    bool(st.hasdep == 1 and not nop), numbers[i], kind))
+    return out
 
 
 class Machine:
     """A Program laid out in flat arrays over a Topology: threadblocks, steps, connections, routes."""
 
     def __init__(self, program: Program, topology: Topology, kind: str | None):
+        self._header(program, topology, kind)
+        heads = []                                      # (gpu id, Threadblock, its steps as tuples)
+        for gpu in sorted(program.gpus, key=lambda x: x.id):
+            for tb in sorted(gpu.tbs, key=lambda x: x.id):
+                heads.append((gpu.id, tb, step_tuples(tb.steps)))
+        self._lay_out(heads)
+
+    @classmethod
+    def from_threadblocks(cls, program: Program, topology: Topology, kind: str | None, heads) -> "Machine":
+        """A Machine from threadblocks given directly: ``heads`` is a list of (gpu id, threadblock, steps),
+        the threadblock anything with ``id``, ``send``, ``recv`` and ``chan``, the steps as
+        :func:`step_tuples` makes them (a depid is a threadblock id on the same GPU). ``program`` gives the
+        header (GPU count, chunks per loop, protocol) and may have no GPUs. Threadblocks that share one
+        list of steps without dependencies keep sharing it (the symmetry check then hashes it once)."""
+        m = cls.__new__(cls)
+        m._header(program, topology, kind)
+        m._lay_out(heads)
+        return m
+
+    def _header(self, program: Program, topology: Topology, kind: str | None):
         self.program, self.topology, self.kind = program, topology, kind
         if program.ngpus != topology.ngpus:
             raise CollsError(f"the file is for {program.ngpus} GPUs but {topology.name} has "
                              f"{topology.ngpus}", key="--hardware")
         links = [(u, v) for u, v, _ in topology.links()]
         self.links = links
-        link_index = {e: i for i, e in enumerate(links)}
         g = topology.graph
         # usable bytes per microsecond on each link: GB/s x 1000 x efficiency
         self.link_cap = np.array([float(g.edges[e]["bw"]) * 1000.0 * float(g.edges[e].get("efficiency", 1))
                                   for e in links], dtype=float)
-        self.tbs = []                                   # ti -> (gpu id, tb id, Threadblock)
-        for gpu in sorted(program.gpus, key=lambda x: x.id):
-            for tb in sorted(gpu.tbs, key=lambda x: x.id):
-                self.tbs.append((gpu.id, tb.id, tb))
+        self.link_index = {e: i for i, e in enumerate(links)}
+
+    def _lay_out(self, heads):
+        topology, g, link_index = self.topology, self.topology.graph, self.link_index
+        self.tbs = [(gid, tb.id, tb) for gid, tb, _ in heads]     # ti -> (gpu id, tb id, threadblock)
         index = {(gid, tid): ti for ti, (gid, tid, _) in enumerate(self.tbs)}
         self.tb_cap = [tb_rate(g.nodes[gid].get("model")) * 1000.0 for gid, _, _ in self.tbs]
         conns: dict = {}
@@ -137,28 +179,25 @@ class Machine:
             self.conn_net.append(any(topology.graph.nodes[v]["kind"] == NIC for v in route))
         self.conn_weight = [np.ones(len(x)) for x in self.conn_links]     # flows per link (see symmetry)
         self._quotient = False
-        # steps, flattened per threadblock
+        # steps, flattened per threadblock: the dependencies resolved to threadblock indices
         self.steps = []                                 # ti -> list of tuples
-        for ti, (gid, _, tb) in enumerate(self.tbs):
-            numbers = kernel_numbers(tb.steps)
-            real_after = [False] * (len(tb.steps) + 1)
-            for i in range(len(tb.steps) - 1, -1, -1):
-                real_after[i] = real_after[i + 1] or tb.steps[i].type != "nop"
-            out = []
-            for i, st in enumerate(tb.steps):
-                snd, rcv, _, _, red = STEP_SEMANTICS[st.type]
-                nop = st.type == "nop"
-                waits = st.depid is not None and st.depid >= 0 and (not nop or real_after[i])
-                dt = index[(gid, st.depid)] if waits else -1
-                if snd and self.out_conn[ti] < 0 or rcv and self.in_conn[ti] < 0:
-                    raise CollsError(f"gpu {gid} tb {tb.id} step {i} ({st.type}) has no peer to "
-                                     f"{'send to' if snd else 'receive from'}", key="tb")
-                kind = ("recv+send" if snd and rcv else "send" if snd else "recv" if rcv else "nop" if nop
-                        else "reduce" if red else "copy")
-                # (sends, receives, nop, chunks, waits-on tb, deps, publishes, number, kind)
-                out.append((snd, rcv, nop, max(int(st.cnt or 0), 0), dt, int(st.deps or 0),
-                            bool(st.hasdep == 1 and not nop), numbers[i], kind))
-            self.steps.append(out)
+        checked: dict = {}                              # id(steps) -> (first send, first receive, waits)
+        for ti, (gid, tb, template) in enumerate(heads):
+            key = id(template)
+            if key not in checked:
+                checked[key] = (next((i for i, st in enumerate(template) if st[0]), None),
+                                next((i for i, st in enumerate(template) if st[1]), None),
+                                any(st[4] >= 0 for st in template))
+            first_send, first_recv, waits = checked[key]
+            missing = sorted((i, what) for i, what, peer in ((first_send, "send to", self.out_conn[ti]),
+                                                             (first_recv, "receive from", self.in_conn[ti]))
+                             if i is not None and peer < 0)
+            if missing:
+                i, what = missing[0]
+                raise CollsError(f"gpu {gid} tb {tb.id} step {i} ({template[i][8]}) has no peer to {what}", key="tb")
+            if waits:
+                template = [st[:4] + ((index[(gid, st[4])] if st[4] >= 0 else -1),) + st[5:] for st in template]
+            self.steps.append(template)
 
     def quotient(self):
         """One threadblock per class of alike ones (:mod:`colls.simulate.symmetry`), or None; computed once."""
@@ -245,6 +284,7 @@ class _Run:
         self.truncated = False
         self.act_start = [0.0] * T
         self.extrapolate = extrapolate and self.nfull > 2 and T > 0
+        self.extrapolate_steps = extrapolate and not timeline and T > 0
         # the reference threadblock, whose pass starts are where the state is recorded: the one with most
         # steps (it has work in every pass)
         self.ref = max(range(T), key=lambda ti: (len(m.steps[ti]), -ti)) if T else 0
@@ -252,6 +292,11 @@ class _Run:
         self.snap_due = False
         self.ahead = 0
         self.jumped = 0
+        # the steady state inside a pass: runs of alike steps (a ring's N-2 receive-reduce-sends)
+        self.run_end = _run_ends(m.steps)
+        self.step_snaps: dict = {}
+        self.step_snap_due = False
+        self.steps_jumped = 0
 
     # --- helpers -------------------------------------------------------------------------------------
     def push(self, t, what, arg):
@@ -350,6 +395,8 @@ class _Run:
                 self.wake(w)
         if p + 1 < len(steps):
             self.pc[ti] = p + 1
+            if ti == self.ref and self.extrapolate_steps and self.run_end[ti][p + 1] - (p + 1) > 1:
+                self.step_snap_due = True
             return
         self.pc[ti] = 0
         self.it[ti] += 1
@@ -475,6 +522,9 @@ class _Run:
             if self.snap_due:
                 self.snap_due = False
                 self.snapshot()
+            if self.step_snap_due:
+                self.step_snap_due = False
+                self.step_snapshot()
         stuck = [ti for ti in range(len(m.tbs)) if not self.done[ti]]
         if stuck:
             ti = stuck[0]
@@ -484,7 +534,7 @@ class _Run:
                              f"step {self.pc[ti]} of pass {self.it[ti] + 1} ({nstuck} threadblocks stuck; "
                              "colls verify explains why)")
         res = RunResult(self.now + self.model.launch_us, self.npass, m.link_bytes(self.link_bytes), self.jumped,
-                        self.events)
+                        self.events, extrapolated_steps=self.steps_jumped)
         if self.timeline:
             res.tb_lanes = [(ti, iv) for ti, iv in enumerate(self.tb_iv) if iv]
             res.link_lanes = [(li, iv) for li, iv in enumerate(self.link_iv) if iv]
@@ -505,11 +555,7 @@ class _Run:
             tuple(None if dn else (i - base, p, k, b) for i, p, k, b, dn
                   in zip(self.it, self.pc, self.k, self.busy, self.done)),
             tuple(None if dn else (p - base * BIG if p >= 0 else -1) for p, dn in zip(self.published, self.done)),
-            tuple(s - c for s, c in zip(self.sent, self.consumed)),
-            tuple(a - c for a, c in zip(self.arrived, self.consumed)),
-            tuple(sorted(zip(self.f_ti.tolist(), np.round(self.f_rem, 6).tolist()))),
-            tuple(sorted((round(t - now, 9), what, arg) for t, _, what, arg in self.heap)),
-        )
+        ) + self._in_flight()
         seen = self.snapshots.get(key)
         if seen is None:
             self.snapshots[key] = (base, now, self.link_bytes.copy())
@@ -521,14 +567,94 @@ class _Run:
             return
         shift = jumps * d
         self.jumped = shift
-        self.now = now + jumps * period
+        self._skip(jumps, period, bytes_j)
+        self.it = [i + shift if not dn else i for i, dn in zip(self.it, self.done)]
+        self.published = [p + shift * BIG if p >= 0 and not dn else p for p, dn in zip(self.published, self.done)]
+        self.snapshots.clear()
+
+    def _in_flight(self) -> tuple:
+        """The part of a recorded state that is relative by nature: messages in each connection, the flows'
+        remaining bytes, the pending events' times from now."""
+        now = self.now
+        return (tuple(s - c for s, c in zip(self.sent, self.consumed)),
+                tuple(a - c for a, c in zip(self.arrived, self.consumed)),
+                tuple(sorted(zip(self.f_ti.tolist(), np.round(self.f_rem, 6).tolist()))),
+                tuple(sorted((round(t - now, 9), what, arg) for t, _, what, arg in self.heap)))
+
+    def _skip(self, jumps: int, period: float, bytes_then: np.ndarray):
+        """Move the clock ``jumps`` periods ahead, and the links' bytes by as many times their growth since
+        the earlier record (``bytes_then``)."""
+        self.now += jumps * period
         self.heap = [(t + jumps * period, s, w, a) for t, s, w, a in self.heap]
         heapq.heapify(self.heap)
         self.act_start = [a + jumps * period for a in self.act_start]
-        self.it = [i + shift if not dn else i for i, dn in zip(self.it, self.done)]
-        self.published = [p + shift * BIG if p >= 0 and not dn else p for p, dn in zip(self.published, self.done)]
-        self.link_bytes = self.link_bytes + jumps * (self.link_bytes - bytes_j)
-        self.snapshots.clear()
+        self.link_bytes = self.link_bytes + jumps * (self.link_bytes - bytes_then)
+
+    def step_snapshot(self):
+        """The steady state inside a pass. When the reference threadblock starts a step inside a run of alike
+        steps, record the state relative to it (every threadblock's pass and step offsets, connection
+        counts, flows, pending events, published flags as they are); when it recurs ``d`` steps and ``P``
+        microseconds later with every running threadblock inside a run of alike steps that spans both
+        records, the next ``J`` periods repeat it exactly (the same steps, the same messages, the same
+        decisions), so every running threadblock moves ``J x d`` steps ahead and the clock ``J x P``, for
+        the largest ``J`` that keeps each of them inside its run. Alike steps: the same kind, chunks and
+        waits, publishing nothing (:func:`_run_ends`)."""
+        ref = self.ref
+        pr, ir = self.pc[ref], self.it[ref]
+        now = self.now
+        key = (
+            tuple(None if dn else (i - ir, p - pr, k, b) for i, p, k, b, dn
+                  in zip(self.it, self.pc, self.k, self.busy, self.done)),
+            tuple(self.published),
+        ) + self._in_flight()
+        seen = self.step_snaps.get(key)
+        if seen is None:
+            self.step_snaps[key] = (pr, ir, now, self.link_bytes.copy())
+            return
+        p0, i0, t0, bytes0 = seen
+        d, period = pr - p0, now - t0
+        if i0 != ir or d <= 0:
+            self.step_snaps.clear()
+            return
+        jumps = None
+        for ti, (p, dn) in enumerate(zip(self.pc, self.done)):
+            if dn:
+                continue
+            start = p - d
+            if start < 0 or self.run_end[ti][start] <= p:       # the period did not stay in one run
+                self.step_snaps.clear()
+                return
+            room = (self.run_end[ti][p] - 1 - p) // d             # the step after the jump is still alike
+            jumps = room if jumps is None else min(jumps, room)
+        self.step_snaps.clear()
+        if not jumps or jumps < 1:
+            return
+        shift = jumps * d
+        self._skip(jumps, period, bytes0)
+        self.pc = [p + shift if not dn else p for p, dn in zip(self.pc, self.done)]
+        self.steps_jumped += shift
+
+
+def _run_ends(steps_of: list) -> list:
+    """For each threadblock and step, where the run of alike steps it is in ends (exclusive): alike steps
+    have the same kind, chunk count, wait and publish nothing (so their number in the kernel matters to
+    nobody). Threadblocks sharing one list of steps share the answer."""
+    done: dict = {}
+    out = []
+    for steps in steps_of:
+        if id(steps) not in done:
+            ends = [0] * len(steps)
+            end = len(steps)
+            for i in range(len(steps) - 1, -1, -1):
+                s = steps[i]
+                if i + 1 < len(steps):
+                    t = steps[i + 1]
+                    if s[6] or t[6] or s[:6] != t[:6] or s[8] != t[8]:
+                        end = i + 1
+                ends[i] = end
+            done[id(steps)] = ends
+        out.append(done[id(steps)])
+    return out
 
 
 def _max_min(idx: np.ndarray, own: np.ndarray, n: int, link_cap: np.ndarray, fcap: np.ndarray,

@@ -37,20 +37,25 @@ def classes(m) -> tuple[list[int], list[int], list[int]]:
     """The coarsest equitable partition of ``m``'s threadblocks, connections and links (class numbers)."""
     T, C, L = len(m.tbs), len(m.conn_key), len(m.links)
     # what each element is by itself
-    tb_c = _relabel([(tuple((s[0], s[1], s[2], s[3], s[4] >= 0, s[5], s[6], s[7]) for s in m.steps[ti]),
-                      m.tb_cap[ti], m.out_conn[ti] >= 0, m.in_conn[ti] >= 0) for ti in range(T)])
+    shapes: dict = {}                                       # id(steps) -> the steps' shape, dense
+    for steps in m.steps:
+        if id(steps) not in shapes:
+            shapes[id(steps)] = (tuple((s[0], s[1], s[2], s[3], s[4] >= 0, s[5], s[6], s[7]) for s in steps),
+                                 tuple(s[4] for s in steps if s[4] >= 0))
+    shape = _relabel([shapes[id(m.steps[ti])][0] for ti in range(T)])
+    tb_c = _relabel([(shape[ti], m.tb_cap[ti], m.out_conn[ti] >= 0, m.in_conn[ti] >= 0) for ti in range(T)])
     conn_c = _relabel([(round(m.conn_latency[c], 12), len(m.conn_links[c]), m.conn_net[c]) for c in range(C)])
     link_c = _relabel([float(x) for x in m.link_cap])
     crossing = [[] for _ in range(L)]                       # link -> connections crossing it
     for c in range(C):
         for li in m.conn_links[c].tolist():
             crossing[li].append(c)
-    waits = [tuple(s[4] for s in m.steps[ti]) for ti in range(T)]
+    waits = [shapes[id(m.steps[ti])][1] for ti in range(T)]          # the threadblocks each one waits on
     counts = (len(set(tb_c)), len(set(conn_c)), len(set(link_c)))
     while True:
         tb_n = _relabel([(tb_c[ti], conn_c[m.out_conn[ti]] if m.out_conn[ti] >= 0 else -1,
                           conn_c[m.in_conn[ti]] if m.in_conn[ti] >= 0 else -1,
-                          tuple(tb_c[d] if d >= 0 else -1 for d in waits[ti])) for ti in range(T)])
+                          tuple(tb_c[d] for d in waits[ti])) for ti in range(T)])
         conn_n = _relabel([(conn_c[c], tb_c[m.conn_sender[c]], tb_c[m.conn_receiver[c]],
                             tuple(link_c[li] for li in m.conn_links[c].tolist())) for c in range(C)])
         link_n = _relabel([(link_c[li], tuple(sorted(Counter(conn_c[c] for c in crossing[li]).items())))
