@@ -34,6 +34,9 @@ Vertex = Hashable
 Route = tuple  # (src_gpu, v1, ..., dst_gpu)
 
 
+ROUTES_ONE_BY_ONE = 4       # routes from one rank searched singly before all of its routes are searched at once
+
+
 def vertex_key(v: Vertex) -> tuple:
     """A total order over mixed int/str vertices: GPUs first by rank, then other vertices by name."""
     return (0, v, "") if isinstance(v, int) else (1, 0, str(v))
@@ -60,15 +63,20 @@ class Topology:
     gpus_per_node: int = 0
     meta: dict = field(default_factory=dict)
     _routes: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _index: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     # --- vertices -------------------------------------------------------------------------------------
+    # A Topology's graph is not changed once built (degrade and reversed copy it); what is derived from it
+    # (routes, the GPU list, the adjacency the route search walks) is computed once.
     @property
     def ngpus(self) -> int:
-        return sum(1 for _, k in self.graph.nodes(data="kind") if k == GPU)
+        return len(self.gpus)
 
     @property
     def gpus(self) -> list[int]:
-        return sorted(v for v, k in self.graph.nodes(data="kind") if k == GPU)
+        if "gpus" not in self._index:
+            self._index["gpus"] = sorted(v for v, k in self.graph.nodes(data="kind") if k == GPU)
+        return list(self._index["gpus"])
 
     def kind(self, v: Vertex) -> str:
         return self.graph.nodes[v]["kind"]
@@ -146,53 +154,85 @@ class Topology:
             raise ValueError("a route needs two different ranks")
         key = (a, b)
         if key not in self._routes:
-            self._routes.update(self._routes_from(a))
+            # the first few routes asked from a rank are searched one by one (the search stops at the
+            # destination, with the label the whole search would give it); after that, all at once
+            asked = self._index.setdefault("asked", {})
+            side = (a, self.node_of(a) == self.node_of(b))     # inside a's node, or out of it
+            asked[side] = asked.get(side, 0) + 1
+            if asked[side] <= ROUTES_ONE_BY_ONE:
+                self._routes[key] = self._route_to(a, b)
+            else:
+                self._routes.update(self._routes_from(a, side[1]))
         return self._routes.get(key)
 
-    def _routes_from(self, a: int) -> dict:
+    def _route_to(self, a: int, b: int) -> Route | None:
+        home = self.node_of(a)
+        labels = self._widest_from(a, self.node_of(b) == home, home, target=b)
+        if b not in labels:
+            return None
+        path = [b]
+        while path[-1] != a:
+            path.append(labels[path[-1]][2])
+        return tuple(reversed(path))
+
+    def _routes_from(self, a: int, same_node: bool) -> dict:
+        """Every route from ``a`` to the GPUs of its own node (``same_node``: through that node's switches
+        only) or of the other nodes (through any switch or NIC); None for a GPU it cannot reach."""
         found: dict = {}
         home = self.node_of(a)
-        # Pass 1: same-node destinations, through same-node switches only.
-        # Pass 2: everything, through any switch/NIC (only other-node destinations are taken from it).
-        for same_node in (True, False):
-            labels = self._widest_from(a, same_node, home)
-            for b in self.gpus:
-                if b == a or (self.node_of(b) == home) != same_node or b not in labels:
-                    continue
-                path = [b]
-                while path[-1] != a:
-                    path.append(labels[path[-1]][2])
-                found[(a, b)] = tuple(reversed(path))
-            for b in self.gpus:
-                if b != a and (self.node_of(b) == home) == same_node:
-                    found.setdefault((a, b), None)
+        labels = self._widest_from(a, same_node, home)
+        for b in self._index.get("gpus") or self.gpus:
+            if b == a or (self.node_of(b) == home) != same_node:
+                continue
+            if b not in labels:
+                found[(a, b)] = None
+                continue
+            path = [b]
+            while path[-1] != a:
+                path.append(labels[path[-1]][2])
+            found[(a, b)] = tuple(reversed(path))
         return found
 
-    def _widest_from(self, a: int, same_node: bool, home) -> dict:
-        """Labels v -> (bottleneck, hops, predecessor) of widest-then-shortest paths from a."""
-        g = self.graph
-        best: dict = {a: (None, 0, None)}
-        heap = [(0, 0, vertex_key(a), a)]  # (-bottleneck as Fraction or 0, hops, key, v)
+    def _adjacency(self) -> dict:
+        """u -> [(v, rank of the link's bandwidth among all bandwidths, v's sort key, v's node, v is a GPU)],
+        in vertex order: the route search compares bottlenecks as ranks (exactly the order of the
+        bandwidths) instead of as fractions."""
+        if "adjacency" not in self._index:
+            g = self.graph
+            rank = {bw: i for i, bw in enumerate(sorted({d["bw"] for _, _, d in g.edges(data=True)}))}
+            info = {v: (vertex_key(v), d.get("node"), d["kind"] == GPU) for v, d in g.nodes(data=True)}
+            self._index["adjacency"] = {
+                u: [(v, rank[g.edges[u, v]["bw"]]) + info[v] for v in sorted(g.successors(u), key=vertex_key)]
+                for u in g.nodes}
+        return self._index["adjacency"]
+
+    def _widest_from(self, a: int, same_node: bool, home, target=None) -> dict:
+        """Labels v -> (bottleneck rank, hops, predecessor) of widest-then-shortest paths from a (ties: the
+        first found, vertices taken in order). With ``target``, the search stops when the target's label is
+        final (taken from the heap): the labels on its path are then those the whole search gives."""
+        adj = self._adjacency()
+        top = len(adj) + 1 << 32                    # above every rank: no bottleneck yet
+        best: dict = {a: (top, 0, None)}
+        heap = [(-top, 0, vertex_key(a), a)]        # (-bottleneck, hops, key, v)
         done = set()
         while heap:
             negb, hops, _, u = heapq.heappop(heap)
             if u in done:
                 continue
             done.add(u)
-            if u != a and self.kind(u) == GPU:
+            if u == target:
+                break
+            if u != a and self.graph.nodes[u]["kind"] == GPU:
                 continue  # GPUs are endpoints, never relays
-            for v in sorted(g.successors(u), key=vertex_key):
-                if v in done:
+            bu = best[u][0]
+            for v, r, key, node, _ in adj[u]:
+                if v in done or (same_node and node != home):
                     continue
-                if same_node and self.node_of(v) != home:
-                    continue
-                bw = g.edges[u, v]["bw"]
-                bott = bw if best[u][0] is None else min(best[u][0], bw)
-                cand = (bott, hops + 1, u)
+                bott = r if r < bu else bu
                 old = best.get(v)
-                if old is None or (cand[0], -cand[1]) > (old[0], -old[1]):
-                    best[v] = cand
-                    heapq.heappush(heap, (-bott, hops + 1, vertex_key(v), v))
+                if old is None or bott > old[0] or (bott == old[0] and hops + 1 < old[1]):
+                    best[v] = (bott, hops + 1, u)
+                    heapq.heappush(heap, (-bott, hops + 1, key, v))
         return {v: lab for v, lab in best.items() if v != a}
 
     def route_bandwidth(self, route: Route) -> Fraction:

@@ -483,6 +483,8 @@ class _Planner:
                 leave[n] = entry[n] + 1  # two rails, odd node count: the wrap-around crosses rails
         self.entry_offset, self.exit_offset = entry, leave
         self.uses: dict = defaultdict(int)  # GPU -> times it was a ring's entry or exit
+        self.shapes: dict = {}              # node's GPUs -> (what a node path depends on, its links)
+        self.paths: dict = {}               # what a node path depends on -> the path, in local numbers
 
     def _next_multi(self, j: int) -> Ring:
         t, k = self.topology, len(self.rails)
@@ -506,8 +508,44 @@ class _Planner:
         return Ring(tuple(r for p in paths for r in p), tuple(crossings))
 
     def _node_path(self, g: list, entry_rail: str, exit_rail: str) -> tuple:
+        """The node's part of the next ring, from a GPU on ``entry_rail`` to one on ``exit_rail``.
+
+        Nodes alike (the same routes between their GPUs over links of the same bandwidths, the same rails,
+        in GPU order) that carry the same ring loads get the same path: it is computed once and mapped,
+        which is exactly what computing it again would give (every choice below depends only on those)."""
         if len(g) == 1:
             return (g[0],)
+        shape, links = self._shape(tuple(g))
+        key = (shape, entry_rail, exit_rail, tuple(self.loads[link] for link in links),
+               tuple(self.uses[a] for a in g))
+        local = self.paths.get(key)
+        if local is None:
+            path = self._new_node_path(g, entry_rail, exit_rail)
+            self.paths[key] = tuple(g.index(a) for a in path)
+            return path
+        return tuple(g[i] for i in local)
+
+    def _shape(self, g: tuple) -> tuple:
+        """What :meth:`_new_node_path` sees of a node, in local GPU numbers: each pair's route as local link
+        numbers and its bandwidth, each link's bandwidth, each GPU's rails; and the links, in that order."""
+        if g not in self.shapes:
+            t = self.topology
+            links: dict = {}
+            routes = []
+            for a in g:
+                for b in g:
+                    route = t.route(a, b) if a != b else None
+                    if route is None:
+                        routes.append(None)
+                        continue
+                    hops = tuple(links.setdefault(link, len(links)) for link in zip(route, route[1:]))
+                    routes.append((hops, t.route_bandwidth(route)))
+            shape = (tuple(routes), tuple(t.bw(*link) for link in links),
+                     tuple((self.rx.get(a), self.tx.get(a)) for a in g))
+            self.shapes[g] = (shape, list(links))
+        return self.shapes[g]
+
+    def _new_node_path(self, g: list, entry_rail: str, exit_rail: str) -> tuple:
         ins = [a for a in g if self.rx[a] == entry_rail] or [a for a in g if self.rx[a]]
         outs = [a for a in g if self.tx[a] == exit_rail] or [a for a in g if self.tx[a]]
         pairs = [(a, b) for a in ins for b in outs if a != b]
