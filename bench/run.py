@@ -49,8 +49,8 @@ CASES = [
     # `colls simulate --baseline nccl-ring --collective allreduce --hardware dgx2 --nodes 16 --sizes 1GB`
     # (building NCCL's ring programs, then timing the best protocol and channel count at 1 GB)
     ("baseline-nccl-ring-allreduce-1GB-dgx2x16", "dgx2", 16, "baseline:ring", "allreduce", 10.0),
-    # a ring allreduce on 1,024 GPUs at 1 GB; the program is NCCL's one-channel ring
-    # (colls.simulate.defaults.nccl_program, not timed: synthesis at this scale takes minutes)
+    # a ring allreduce on 1,024 GPUs at 1 GB: NCCL's one-channel ring (colls.simulate.defaults.ring_machine;
+    # laying it out is timed too)
     ("simulate-1GB-nccl-ring-allreduce-dgx-a100x128", "dgx-a100", 128, "simulate:nccl-ring", "allreduce", 60.0),
     # `colls compile --collective all`
     ("compile-all-mi250x2", "mi250", 2, "compile", "all", 60.0),
@@ -139,18 +139,20 @@ def _baseline_case(topo, what: str, kind: str, out: dict) -> dict:
 
 def _simulate_case(topo, what: str, kind: str, out: dict) -> dict:
     """Write the file (not timed), then time the simulation: one 1 GB call, or the whole default sweep.
-    ``nccl-ring``: NCCL's one-channel ring from :func:`colls.simulate.defaults.nccl_program`."""
+    ``nccl-ring``: NCCL's one-channel ring, laid out by :func:`colls.simulate.defaults.ring_machine` (timed)."""
     from colls.simulate import parse_sizes, prepare, simulate
     mode, method = what.split(":")
+    sizes = [1 << 30] if mode == "simulate" else parse_sizes("1KB:4GB")
     if method == "nccl-ring":
-        from colls.simulate.defaults import nccl_program
-        program = nccl_program(topo, Collective(kind, topo.ngpus), "ring", channels=1)
+        from colls.simulate.defaults import ring_machine, ring_orders
+        t0 = time.perf_counter()
+        program, machine = ring_machine(topo, kind, ring_orders(topo, kind, [1])[1])
+        timings = [simulate(program, topo, kind, s, machine=machine, native=True)[0] for s in sizes]
     else:
         program = pipeline.compile_schedule(topo, Collective(kind, topo.ngpus), method).program
-    sizes = [1 << 30] if mode == "simulate" else parse_sizes("1KB:4GB")
-    t0 = time.perf_counter()
-    machine = prepare(program, topo, kind)
-    timings = [simulate(program, topo, kind, s, machine=machine)[0] for s in sizes]
+        t0 = time.perf_counter()
+        machine = prepare(program, topo, kind)
+        timings = [simulate(program, topo, kind, s, machine=machine)[0] for s in sizes]
     out["seconds"] = round(time.perf_counter() - t0, 3)
     out["sizes"] = len(sizes)
     out["busbw_gbps_at_largest"] = timings[-1].busbw_gbps

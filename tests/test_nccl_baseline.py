@@ -239,3 +239,59 @@ def test_given_ring_count_lowers_from_the_segments_it_needs():
     searched = lowering.lower(schedule, get_target("exe"), lowering.LowerOptions(
         name=hinted.program.name, sms=topo.min_sms()))
     assert searched == hinted.program
+
+
+# --- NCCL's own ring kernel, laid out directly -----------------------------------------------------------
+@pytest.mark.parametrize("name", ["dgx-a100", "dgx-a100 x2", "ndv2", "rails2x4"])
+@pytest.mark.parametrize("kind", ["allreduce", "allgather", "reducescatter"])
+def test_native_ring_is_the_verified_ring_program(name, kind):
+    """Where the ring fits a file (32 ranks or fewer), NCCL's ring written directly is the program the ring
+    method lowers and proves, step for step, and its Machine times it exactly as the Program's does."""
+    from colls.simulate import simulate
+    from colls.simulate.defaults import ring_machine, ring_orders, ring_program
+    from colls.simulate.engine import Machine
+    topo = machine(name)
+    for channels, orders in ring_orders(topo, kind, [1, 2, 4]).items():
+        native = ring_program(topo, kind, orders)
+        lowered = build(name, kind, "ring", channels)
+        assert native.gpus == lowered.gpus
+        assert (native.nchunksperloop, native.nchannels) == (lowered.nchunksperloop, lowered.nchannels)
+        assert_proven(name, native)
+        head, m = ring_machine(topo, kind, orders)
+        assert m.steps == Machine(native, topo, kind).steps
+        for size in (1 << 12, 1 << 24):
+            a = simulate(head, topo, kind, size, machine=m, native=True)[0]
+            b = simulate(native, topo, kind, size, native=True)[0]
+            assert a.time_us == pytest.approx(b.time_us, rel=1e-12)
+
+
+def test_native_ring_has_no_file_limits():
+    """Beyond 32 ranks a ring file is cut into step segments; NCCL's kernel is not, and neither is its model:
+    one threadblock per rank and channel, 2N - 1 steps."""
+    from colls.simulate.defaults import ring_machine, ring_orders
+    topo = hardware.load_topology("dgx-a100", nodes=8)
+    orders = ring_orders(topo, "allreduce", [2])[2]
+    head, m = ring_machine(topo, "allreduce", orders)
+    assert len(m.tbs) == 2 * topo.ngpus and {len(s) for s in m.steps} == {2 * topo.ngpus - 1}
+    assert head.nchannels == 2 and head.nchunksperloop == 2 * topo.ngpus
+
+
+def test_alike_nodes_get_the_ring_path_computed_once():
+    """The planner maps one node's path onto every alike node; a node that differs (a link gone) is planned
+    for itself, and the rings are the ones planning every node afresh gives."""
+    from colls.inputs.degrade import degrade
+    from colls.synth.ring import _Planner
+
+    class Afresh(_Planner):
+        def _node_path(self, g, entry_rail, exit_rail):
+            return self._new_node_path(g, entry_rail, exit_rail)
+
+    computed = []
+    for topo in (hardware.load_topology("dgx2", nodes=4),
+                 degrade(hardware.load_topology("mi250", nodes=3), "link:16-17:all")):
+        planner = _Planner(topo)
+        rings = planner.plan(8)
+        assert [r.order for r in rings] == [r.order for r in Afresh(topo).plan(8)]
+        assert [r.crossings for r in rings] == [r.crossings for r in Afresh(topo).plan(8)]
+        computed.append(len(planner.paths))
+    assert computed[0] == 8          # four alike DGX-2 nodes: one path per ring

@@ -90,26 +90,34 @@ class Baseline:
 
     def __init__(self, topology, kind: str, algorithm: str, *, root: int = 0, target: str = "exe",
                  launch: str = DEFAULT_LAUNCH, protocols=PROTOCOL_ORDER):
-        from colls.simulate.defaults import nccl_program
+        from colls.simulate import defaults
         self.topology, self.kind, self.algorithm = topology, kind, algorithm
         tgt = get_target(target)
         sms = topology.min_sms()
         top = min(MAX_BASELINE_CHANNELS, tgt.max_channels)
+        counts = [1 << i for i in range(top.bit_length()) if 1 << i <= top]
         entries = []
-        coll = Collective(kind, topology.ngpus, root=root)
-        channels = 1
         last_error = None
-        while channels <= top:
-            try:
-                program = nccl_program(topology, coll, algorithm, channels=channels, proto="Simple",
-                                       target=target)
-            except CollsError as e:                 # more channels than the target or the SMs allow
-                last_error = e
-                break
-            if program.max_tbs() > sms:
-                break
-            entries.append(({"channels": channels}, program, None))
-            channels *= 2
+        if algorithm == "ring" and kind in defaults.NATIVE_RING and topology.ngpus > 1:
+            # NCCL's own ring kernel: no file limits, laid out directly (defaults.ring_machine)
+            per_channel = 2 if kind == "allgather" else 1
+            counts = [c for c in counts if c * per_channel <= sms]
+            last_error = f"{per_channel} threadblocks per channel, {sms} SMs"
+            for channels, orders in sorted(defaults.ring_orders(topology, kind, counts).items()):
+                program, machine = defaults.ring_machine(topology, kind, orders, target=target)
+                entries.append(({"channels": channels}, program, machine))
+        else:
+            coll = Collective(kind, topology.ngpus, root=root)
+            for channels in counts:
+                try:
+                    program = defaults.nccl_program(topology, coll, algorithm, channels=channels, proto="Simple",
+                                                    target=target)
+                except CollsError as e:                 # more channels than the target or the SMs allow
+                    last_error = e
+                    break
+                if program.max_tbs() > sms:
+                    break
+                entries.append(({"channels": channels}, program, None))
         if not entries:
             raise CollsError(f"NCCL's {algorithm} cannot be modelled here: {last_error}", key="--baseline")
         self.fastest = Fastest(topology, kind, entries, native=True, target=target, launch=launch,

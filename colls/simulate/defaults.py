@@ -44,11 +44,15 @@ channel, many chunks in flight, the root doing ``directRecvReduceCopySend``.
 
 How the programs are built
 --------------------------
-*Ring.* colls' own ring method with one ring per channel (:func:`colls.pipeline.compile_schedule`,
-``method="ring"``, ``rings=channels``): its rings have NCCL's shape (NVLink inside a node, one NIC
-out and one NIC in per node, different channels on different rails; the tests check this on DGX A100
-x2). Alltoall is colls' ``direct`` schedule (every rank sends straight to every
-other rank) in ``channels`` interleaved copies; on a fabric where some pair has no route (NDv2's hybrid
+*Ring.* NCCL's ring kernel for allreduce, allgather and reduce-scatter (:func:`ring_machine`, written out by
+:func:`ring_program`): one threadblock per rank and channel running ``runRing``'s primitives, over the
+rings of colls' ring planner (:func:`ring_orders`, one ring per channel: NVLink inside a node, one NIC out
+and one NIC in per node, different channels on different rails; the tests check this on DGX A100 x2).
+Where a ring fits a file (32 ranks or fewer) this is step for step the program colls' ring method lowers
+and proves (tested); beyond, NCCL's kernel has no step limit and neither has its model. Broadcast and
+reduce are colls' ring method with one ring per channel (:func:`nccl_program`). Alltoall is grouped
+point-to-point sends (:func:`_p2p_program`: every rank sends each peer its block straight, cut over the
+channels); on a fabric where some pair has no route (NDv2's hybrid
 cube mesh, where NCCL would go through PCIe and the host) it is colls' ring alltoall, which relays those
 pairs over NVLink.
 
@@ -68,9 +72,9 @@ and follows the node's best Hamiltonian path from there (:func:`colls.synth.ring
 Where these programs differ from NCCL
 -------------------------------------
 - Channel count: NCCL runs every searched channel twice (``c`` and ``c + nChannels``). The ring
-  programs run ``channels`` rings (one MSCCL channel each, no duplicates; a ring whose steps exceed a
-  threadblock's limit is cut into step segments on channels of their own); the tree programs run
-  ``channels`` pairs of trees, ``2 x channels`` MSCCL channels.
+  models run ``channels`` rings (one channel each, no duplicates; :func:`nccl_program`'s ring, a file,
+  cuts a ring whose steps exceed a threadblock's limit into step segments on channels of their own); the
+  tree programs run ``channels`` pairs of trees, ``2 x channels`` MSCCL channels.
 - Ring crossings: NCCL computes one graph per node and uses it on every node, so a channel enters and
   leaves each node through the same NIC (``NET n ... NET n``) and the GPUs by that NIC. colls' profiles
   attach one NIC per GPU (DGX A100) and have no PCIe switch shared by two GPUs, so colls' ring enters a
@@ -93,6 +97,7 @@ Where these programs differ from NCCL
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from colls import lower as lowering
 from colls import verify
@@ -105,6 +110,9 @@ from colls.synth.common import checked_route
 from colls.synth.ring import best_tour
 from colls.runtimes import Target, get_target
 from colls.topology import NIC, Topology
+
+if TYPE_CHECKING:
+    from colls.simulate.engine import Machine
 
 ALGORITHMS = ("ring", "tree")
 METHOD = "nccl-tree"
@@ -167,6 +175,106 @@ def nccl_program(topology: Topology, collective: Collective, algorithm: str, *, 
     except LimitError as e:
         raise CollsError(f"NCCL {algorithm} {collective.kind} with {channels} channels does not fit "
                          f"{tgt.name}: {e}; try fewer channels", key="--channels") from None
+
+
+# --------------------------------------------------------------------------------------------------------
+# The ring, as NCCL runs it
+# --------------------------------------------------------------------------------------------------------
+NATIVE_RING = ("allreduce", "allgather", "reducescatter")
+
+
+def ring_orders(topology: Topology, kind: str, counts) -> dict[int, list[tuple]]:
+    """The rank order of each ring NCCL's ring runs with ``count`` channels, for every count in ``counts``:
+    colls' ring planner (:mod:`colls.synth.ring`; one ring per channel, NVLink inside a node, one NIC out
+    and one in per node, channels spread over the rails), asked once for all counts."""
+    from colls.synth.ring import _Planner
+    sets = _Planner(topology).ring_sets(sorted(set(counts)))
+    return {k: [ring.order for ring in rings] for k, rings in sets.items()}
+
+
+def _ring_types(kind: str, n: int) -> list[str]:
+    """The steps of one rank of one ring, NCCL's ``runRing`` primitives (``src/device/all_reduce.h``,
+    ``all_gather.h``, ``reduce_scatter.h``): allreduce sends, receives-reduces-sends N-2 times, then
+    receives-reduces-copies-sends, receives-copies-sends N-2 times and receives; allgather sends its block
+    and passes the others on; reduce-scatter reduces along the ring into its own block."""
+    if kind == "allreduce":
+        return ["s"] + ["rrs"] * (n - 2) + ["rrcs"] + ["rcs"] * (n - 2) + ["r"]
+    if kind == "allgather":
+        return ["s"] + ["rcs"] * (n - 2) + ["r"]
+    return ["s"] + ["rrs"] * (n - 2) + ["rrc"]
+
+
+def _ring_header(topology: Topology, kind: str, rings: int, proto: str, tgt: Target) -> Program:
+    n = topology.ngpus
+    return Program(f"nccl-ring-{kind}-{topology.name.replace(' ', '')}", tgt.coll_name(kind), n, n * rings,
+                   rings, proto, 1, 1, 0, 0, [])
+
+
+def ring_program(topology: Topology, kind: str, orders: list[tuple], proto: str = "Simple",
+                 target: str = "exe") -> Program:
+    """NCCL's ring ``kind`` (:data:`NATIVE_RING`) over ``orders`` (one ring per channel) as a whole Program,
+    with every step's buffers: what :meth:`ring_machine` times, written out so that it can be proven
+    (:func:`colls.verify.verify`) and drawn. One threadblock per rank and ring, ring ``L`` on channel
+    ``L``, chunk ``L x N + d`` of allreduce ring ``L``'s ``N`` segments and ``rank x rings + L`` of the
+    gathered or scattered buffers; allgather adds a local copy of the rank's own block, after its send.
+    NCCL's own kernel has no step limit, so neither has this program (as a file it would not load beyond
+    32 ranks)."""
+    tgt = get_target(target)
+    n, rings = topology.ngpus, len(orders)
+    head = _ring_header(topology, kind, rings, proto, tgt)
+    types = _ring_types(kind, n)
+    chunks = {"allreduce": (n * rings, n * rings), "allgather": (rings, n * rings),
+              "reducescatter": (n * rings, rings)}[kind]
+    tbs_of: dict = defaultdict(list)
+    for ring, order in enumerate(orders):
+        for p, rank in enumerate(order):
+            steps = []
+            for j, t in enumerate(types):
+                if kind == "allreduce":
+                    off = ring * n + ((p - j - 1) % n if j < n else (p - (j - n + 1)) % n)
+                    src, dst = ("i", "i") if j < n - 1 else ("i", "o") if j == n - 1 else ("o", "o")
+                elif kind == "allgather":
+                    off = ring if j == 0 else order[(p - j) % n] * rings + ring
+                    src = dst = "i" if j == 0 else "o"
+                else:
+                    off = order[(p - j - 1) % n] * rings + ring
+                    src, dst = "i", "i"
+                steps.append(Step(j, t, src, off, dst, off, 1, -1, -1, int(kind == "allgather" and j == 0)))
+            if kind == "reducescatter":
+                steps[-1].dstbuf, steps[-1].dstoff = "o", ring
+            tbs = tbs_of[rank]
+            tbs.append(Threadblock(len(tbs), send=order[(p + 1) % n], recv=order[(p - 1) % n], chan=ring,
+                                   steps=steps))
+            if kind == "allgather":
+                tbs.append(Threadblock(len(tbs), chan=ring, steps=[
+                    Step(0, "cpy", "i", ring, "o", rank * rings + ring, 1, tbs[-1].id, 0, 0)]))
+    head.gpus = [Gpu(r, chunks[0], chunks[1], 0, tbs_of[r]) for r in range(n)]
+    return head
+
+
+def ring_machine(topology: Topology, kind: str, orders: list[tuple], proto: str = "Simple",
+                 target: str = "exe") -> tuple[Program, "Machine"]:
+    """NCCL's ring ``kind`` over ``orders``, laid out for the engine without writing its steps out: the
+    Program's header (no GPUs) and the Machine, equal to ``Machine(ring_program(...))`` (tested) but built
+    in time linear in ranks x rings, the threadblocks of every rank sharing one list of steps."""
+    from colls.simulate.engine import Machine, step_tuples
+    tgt = get_target(target)
+    n, rings = topology.ngpus, len(orders)
+    head = _ring_header(topology, kind, rings, proto, tgt)
+    shared = step_tuples([Step(j, t, cnt=1, hasdep=int(kind == "allgather" and j == 0))
+                          for j, t in enumerate(_ring_types(kind, n))])
+    copy = [Step(0, "cpy", cnt=1, depid=0, deps=0)]
+    heads_of: dict = defaultdict(list)
+    for ring, order in enumerate(orders):
+        for p, rank in enumerate(order):
+            tbs = heads_of[rank]
+            tb = Threadblock(len(tbs), send=order[(p + 1) % n], recv=order[(p - 1) % n], chan=ring)
+            tbs.append((rank, tb, shared))
+            if kind == "allgather":
+                copy[0].depid = tb.id
+                tbs.append((rank, Threadblock(len(tbs), chan=ring), step_tuples(copy)))
+    heads = [h for r in range(n) for h in heads_of[r]]
+    return head, Machine.from_threadblocks(head, topology, kind, heads)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -388,4 +496,5 @@ def _proven(program: Program, topology: Topology, tgt: Target, what: str, key: s
     return program
 
 
-__all__ = ["ALGORITHMS", "nccl_program", "tree_schedule", "tree_parents", "dtree_parents", "btree_parent"]
+__all__ = ["ALGORITHMS", "NATIVE_RING", "nccl_program", "ring_orders", "ring_program", "ring_machine", "tree_schedule",
+           "tree_parents", "dtree_parents", "btree_parent"]
