@@ -172,13 +172,13 @@ def _write_margins(rows) -> None:
     """Rewrite the BANDS table of colls/runtimes/calibration.py with each band's typical (median) error."""
     text = MARGINS.read_text()
     start = text.index("BANDS = (")
-    end = text.index(")\n\n", start) + 1
+    end = text.index(")\n", start) + 2
     entries = []
     for low, _, name in BANDS:
         logs = sorted(abs(math.log(r)) for _, _, _, r, _, b, _, _ in rows if b == name and r > 0)
         error = math.exp(logs[len(logs) // 2]) - 1 if logs else 0.2
         entries.append(f"    ({_size_expr(low)}, {name!r}, {error:.3f}, {len(logs)}),")
-    MARGINS.write_text(text[:start] + "BANDS = (\n" + "\n".join(entries) + "\n)\n" + text[end:])
+    MARGINS.write_text(text[:start] + "BANDS = (\n" + "\n".join(entries) + "\n)\n\n\n" + text[end:].lstrip("\n"))
 
 
 def _size_expr(n: int) -> str:

@@ -48,8 +48,10 @@ How the programs are built
 :func:`ring_program`): one threadblock per rank and channel running ``runRing``'s primitives, over the
 rings of colls' ring planner (:func:`ring_orders`, one ring per channel: NVLink inside a node, one NIC out
 and one NIC in per node, different channels on different rails; the tests check this on DGX A100 x2).
-Where a ring fits a file (32 ranks or fewer) this is step for step the program colls' ring method lowers
-and proves (tested); beyond, NCCL's kernel has no step limit and neither has its model. Broadcast and
+Where a ring fits a file (3 to 32 ranks) this is step for step the program colls' ring method lowers
+and proves (tested); beyond, NCCL's kernel has no step limit and neither has its model. (With two ranks
+the file's allgather and reduce-scatter send and receive on two threadblocks; NCCL's kernel, like this
+model, runs both on one.) Broadcast and
 reduce are colls' ring method with one ring per channel (:func:`nccl_program`). Alltoall is grouped
 point-to-point sends (:func:`_p2p_program`: every rank sends each peer its block straight, cut over the
 channels); on a fabric where some pair has no route (NDv2's hybrid
@@ -379,7 +381,11 @@ def _tree_ops(topology: Topology, parent: dict, lane: int, index: int, start: in
     its own input, the later ones with the partial sum in its output, and the last one, unless the GPU is
     the root, stays in flight and goes on to the parent the step after. Down: the root's total goes to
     its children the step after its last receive, and each GPU copies on what it receives the step
-    after."""
+    after; a child in another node one step later than the one in the GPU's own node, so that every
+    GPU forwards what it receives to its chain child in the same instruction and to another node in a
+    send of its own, in both trees (the lowering fuses a receive with the first send that forwards it,
+    and by rank the mirrored tree would fuse with the other child: alike nodes would run unlike
+    programs, and the two trees of a channel drift apart)."""
     children: dict = defaultdict(list)
     for v, p in parent.items():
         if p is not None:
@@ -411,7 +417,7 @@ def _tree_ops(topology: Topology, parent: dict, lane: int, index: int, start: in
     down = {root: done[root]}
     for v in order:
         for c in children[v]:
-            down[c] = down[v] + 1
+            down[c] = down[v] + (1 if topology.node_of(c) == topology.node_of(v) else 2)
             ops.append(op(down[c], v, c, "o", "o"))
     return ops
 
