@@ -16,7 +16,6 @@ BANDS = (
 )
 
 
-
 def margin(size: int) -> tuple[float, str]:
     """The measured error of the band ``size`` falls in, and the band's name."""
     for low, name, error, _ in BANDS:
