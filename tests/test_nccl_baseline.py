@@ -248,10 +248,12 @@ def test_native_ring_is_the_verified_ring_program(name, kind):
     """Where the ring fits a file (32 ranks or fewer), NCCL's ring written directly is the program the ring
     method lowers and proves, step for step, and its Machine times it exactly as the Program's does."""
     from colls.simulate import simulate
-    from colls.simulate.defaults import ring_machine, ring_orders, ring_program
+    from colls.simulate.defaults import ring_machine, ring_program
     from colls.simulate.engine import Machine
+    from colls.synth.ring import _Planner
     topo = machine(name)
-    for channels, orders in ring_orders(topo, kind, [1, 2, 4]).items():
+    for channels, rings in _Planner(topo).ring_sets([1, 2, 4]).items():
+        orders = [ring.order for ring in rings]
         native = ring_program(topo, kind, orders)
         lowered = build(name, kind, "ring", channels)
         assert native.gpus == lowered.gpus
@@ -263,6 +265,20 @@ def test_native_ring_is_the_verified_ring_program(name, kind):
             a = simulate(head, topo, kind, size, machine=m, native=True)[0]
             b = simulate(native, topo, kind, size, native=True)[0]
             assert a.time_us == pytest.approx(b.time_us, rel=1e-12)
+
+
+def test_native_rings_on_a_switch_node_go_to_the_next_gpu_first():
+    """NCCL's ring search on NVSwitch nodes tries the next GPU by index first: on one DGX A100 every channel
+    is 0 1 2 .. 7 (as NCCL_DEBUG=INFO prints there); across nodes each channel enters a node at its GPU, goes
+    round by index and leaves by the GPU its planner chose, so the channels are one shape turned."""
+    from colls.simulate.defaults import ring_orders
+    one = ring_orders(machine("dgx-a100"), "allreduce", [4])[4]
+    assert one == [tuple(range(8))] * 4
+    two = ring_orders(hardware.load_topology("dgx2", nodes=2), "allreduce", [8])[8]
+    turned = [tuple((r // 16) * 16 + (r % 16 + 2 * k) % 16 for r in two[0]) for k in range(8)]
+    assert two == turned
+    mesh = ring_orders(machine("ndv2"), "allreduce", [2])[2]       # not a switch node: the planner's rings
+    assert all(len(set(r)) == 8 for r in mesh)
 
 
 def test_native_ring_has_no_file_limits():

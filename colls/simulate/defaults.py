@@ -188,10 +188,42 @@ NATIVE_RING = ("allreduce", "allgather", "reducescatter")
 def ring_orders(topology: Topology, kind: str, counts) -> dict[int, list[tuple]]:
     """The rank order of each ring NCCL's ring runs with ``count`` channels, for every count in ``counts``:
     colls' ring planner (:mod:`colls.synth.ring`; one ring per channel, NVLink inside a node, one NIC out
-    and one in per node, channels spread over the rails), asked once for all counts."""
+    and one in per node, channels spread over the rails), asked once for all counts, each node's part
+    then taken in NCCL's order on a switch node (:func:`_neighbours_first`)."""
     from colls.synth.ring import _Planner
     sets = _Planner(topology).ring_sets(sorted(set(counts)))
-    return {k: [ring.order for ring in rings] for k, rings in sets.items()}
+    switched = {}
+    for group in _nodes(topology):
+        switched.update({r: group for r in group} if _all_switched(topology, group) else {})
+    return {k: [_neighbours_first(ring.order, switched) for ring in rings] for k, rings in sets.items()}
+
+
+def _all_switched(topology: Topology, group: list[int]) -> bool:
+    """Every GPU of the node reaches every other through a switch (an NVSwitch node), none directly."""
+    return len(group) > 2 and all(
+        (r := topology.route(a, b)) is not None and len(r) > 2 for a in group for b in group if a != b)
+
+
+def _neighbours_first(order: tuple, switched: dict) -> tuple:
+    """A ring's order with each switch node's part rebuilt as NCCL's search builds it: from the GPU the ring
+    enters the node by, the next GPU is the one after it by index (``ncclTopoSearchNextGpuSort`` in
+    ``src/graph/search.cc``: "NVSwitches prefer when we talk to a limited set of peers. Try to use
+    neighbors first", next then previous GPU for rings), around the node, the GPU the ring leaves by last.
+    Every ring of a channel set then has the same shape turned by its entry, as NCCL's channels do."""
+    out, i = [], 0
+    while i < len(order):
+        group = switched.get(order[i])
+        if group is None:
+            out.append(order[i])
+            i += 1
+            continue
+        part = order[i:i + len(group)]
+        entry, leave = part[0], part[-1]
+        start = group.index(entry)
+        rest = [group[(start + j) % len(group)] for j in range(1, len(group))]
+        out += [entry] + [r for r in rest if r != leave] + [leave]
+        i += len(group)
+    return tuple(out)
 
 
 def _ring_types(kind: str, n: int) -> list[str]:
