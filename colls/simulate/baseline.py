@@ -139,9 +139,12 @@ def _loads(machine) -> tuple[float, float]:
     send step puts ``cnt`` chunks on each link of its route and through its threadblock."""
     link_chunks = np.zeros(len(machine.links))
     tb_us = 0.0
+    counted: dict = {}                      # id(steps) -> (chunks sent, chunks moved): shared lists once
     for ti, steps in enumerate(machine.steps):
-        sent = sum(step[3] for step in steps if step[0])
-        moved = sum(step[3] for step in steps if not step[2])
+        if id(steps) not in counted:
+            counted[id(steps)] = (sum(step[3] for step in steps if step[0]),
+                                  sum(step[3] for step in steps if not step[2]))
+        sent, moved = counted[id(steps)]
         if sent:
             link_chunks[machine.conn_links[machine.out_conn[ti]]] += sent
         tb_us = max(tb_us, moved / machine.tb_cap[ti])
