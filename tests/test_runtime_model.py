@@ -195,3 +195,20 @@ def test_simulate_forced_nvls_where_there_is_none():
     proc = _cli("simulate", "--baseline", "nccl-nvls", "--collective", "allreduce", "--hardware", "dgx-a100",
                 "--sizes", "1MB")
     assert proc.returncode == 2 and "--baseline" in proc.stderr and "Hopper" in proc.stderr
+
+
+def test_the_fastest_configuration_is_within_the_tolerance_of_the_true_best():
+    """Fastest skips a configuration only when its lower bound shows it cannot beat the best found by more
+    than TOLERANCE: its answer is within that of the best of every configuration simulated."""
+    from dataclasses import replace
+    from colls.simulate import simulate
+    from colls.simulate.baseline import TOLERANCE, Baseline
+    from colls.runtimes.costs import model_for
+    t = topo("dgx-a100")
+    base = Baseline(t, "allreduce", "ring")
+    for size in (1 << 12, 1 << 22, 1 << 30):
+        every = min(simulate(replace(p, proto=proto), t, "allreduce", size, machine=m, native=True,
+                             model=model_for(proto, t.gpu_model()))[0].time_us
+                    for _, p, m, _ in base.fastest.entries for proto in ("Simple", "LL128", "LL"))
+        got = base.time(size).time_us
+        assert every <= got <= every * (1 + TOLERANCE)
