@@ -212,3 +212,30 @@ def test_the_fastest_configuration_is_within_the_tolerance_of_the_true_best():
                     for _, p, m, _ in base.fastest.entries for proto in ("Simple", "LL128", "LL"))
         got = base.time(size).time_us
         assert every <= got <= every * (1 + TOLERANCE)
+
+
+def test_the_lower_bound_is_never_above_the_simulated_time():
+    """Fastest's pruning is sound only if no configuration simulates faster than its bound: the runtime's
+    ring and tree and a trees file, every protocol, small to large calls (with recv-only steps, whose
+    bytes are data, not wire, bytes)."""
+    from dataclasses import replace
+    from colls import pipeline
+    from colls.collectives import Collective
+    from colls.simulate import simulate
+    from colls.simulate.baseline import Baseline, _loads, lower_bound
+    from colls.simulate.engine import Machine
+    from colls.runtimes.costs import model_for
+    t = topo("dgx-a100", 2)
+    entries = [(p, m, loads) for alg in ("ring", "tree")
+               for _, p, m, loads in Baseline(t, "allreduce", alg).fastest.entries[:2]]
+    trees = pipeline.compile_schedule(t, Collective("allreduce", t.ngpus), "trees").program
+    m = Machine(trees, t, "allreduce")
+    entries.append((trees, m, _loads(m)))
+    for program, machine, loads in entries:
+        for proto in ("Simple", "LL128", "LL"):
+            model = model_for(proto, t.gpu_model())
+            for size in (1 << 12, 1 << 20, 1 << 27):
+                timing, _ = simulate(replace(program, proto=proto), t, "allreduce", size, machine=machine,
+                                     model=model, native=True)
+                assert lower_bound(loads, model, size, program.nchunksperloop, proto, "allreduce") \
+                    <= timing.time_us * (1 + 1e-9)

@@ -9,8 +9,9 @@ best), so a file that beats it beats what NCCL does by itself in this model.
 
 A configuration is skipped without simulating it only when it provably cannot win by more than 0.1 %
 (:data:`TOLERANCE`): its time is at least the launch cost plus the larger of its busiest link's wire bytes
-over that link's bandwidth and its busiest threadblock's bytes over the threadblock's copy rate (the engine
-never moves bytes faster).
+over that link's bandwidth and its busiest threadblock's work, one message after another, each with the
+model's fixed cost per message, the bytes at the threadblock's copy rate (:func:`lower_bound`; the engine
+never does it faster).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from colls.simulate import Timing, simulate
 from colls.simulate.engine import Machine
 from colls.runtimes.costs import DEFAULT_LAUNCH, model_for
 from colls.runtimes import get_target
+from colls.verify.execution import chunk_effective_bytes
 
 # A configuration is not simulated when its lower bound shows it cannot beat the best found by more than
 # this fraction: the result is within 0.1 % of the model's best (40 times less than the smallest error the
@@ -44,8 +46,9 @@ class Fastest:
     """The fastest of several programs of one collective at each call size: each program at every
     protocol (``protocols``), each with ``extra`` facts saying which it is.
 
-    Configurations are simulated in the order of a lower bound on their time (launch, plus the larger
-    of the busiest link's and the busiest threadblock's bytes at full speed), and the search stops when
+    Configurations are simulated in the order of a lower bound on their time (:func:`lower_bound`: launch,
+    plus the larger of the busiest link's bytes at full speed and the busiest threadblock's messages and
+    bytes), and the search stops when
     the next bound is within :data:`TOLERANCE` of the best time found: the result is within 0.1 % of the
     true best of the model.
     ``native``: programs of the runtime's own algorithms (no file selection rules); otherwise a program
@@ -67,11 +70,10 @@ class Fastest:
         """The fastest configuration at ``size`` (``extra`` says which, with ``protocol``), or None when
         no program serves the size."""
         candidates = []
-        for index, (extra, program, machine, (link_us, tb_us)) in enumerate(self.entries):
-            chunk = size / (program.nchunksperloop or 1)
+        for index, (extra, program, machine, loads) in enumerate(self.entries):
             for order, proto in enumerate(self.protocols):
                 model = model_for(proto, self.topology.gpu_model(), launch=self.launch)
-                lb = model.launch_us + max(link_us, tb_us) * chunk / model.data_fraction
+                lb = lower_bound(loads, model, size, program.nchunksperloop or 1, proto, self.kind)
                 candidates.append((lb, index, order, proto, model))
         candidates.sort(key=lambda c: c[:3])
         best = None
@@ -141,21 +143,41 @@ class Baseline:
         return timing
 
 
-def _loads(machine) -> tuple[float, float]:
-    """Microseconds per chunk byte on the busiest link and in the busiest threadblock, at full speed: every
-    send step puts ``cnt`` chunks on each link of its route and through its threadblock."""
+def _loads(machine) -> tuple:
+    """What bounds a call's time from below, per chunk byte: microseconds on the busiest link at full speed
+    (every send step puts ``cnt`` chunks on each link of its route), and per threadblock its steps that are
+    not nops, the chunks it sends (wire bytes) and the chunks it receives, copies or reduces locally (data
+    bytes), and its base copy rate. Threadblocks sharing one list of steps are counted once."""
     link_chunks = np.zeros(len(machine.links))
-    tb_us = 0.0
-    counted: dict = {}                      # id(steps) -> (chunks sent, chunks moved): shared lists once
+    counted: dict = {}                      # id(steps) -> (steps, chunks sent, chunks handled locally)
+    per_tb = []
     for ti, steps in enumerate(machine.steps):
         if id(steps) not in counted:
-            counted[id(steps)] = (sum(step[3] for step in steps if step[0]),
-                                  sum(step[3] for step in steps if not step[2]))
-        sent, moved = counted[id(steps)]
+            counted[id(steps)] = (sum(1 for step in steps if not step[2]),
+                                  sum(step[3] for step in steps if step[0]),
+                                  sum(step[3] for step in steps if not step[0] and not step[2]))
+        nsteps, sent, local = counted[id(steps)]
         if sent:
             link_chunks[machine.conn_links[machine.out_conn[ti]]] += sent
-        tb_us = max(tb_us, moved / machine.tb_cap[ti])
-    return float((link_chunks / machine.link_cap).max()), tb_us
+        per_tb.append((nsteps, sent, local, machine.tb_cap[ti]))
+    steps, sent, local, cap = (np.array(x, dtype=float) for x in zip(*per_tb)) if per_tb else (np.zeros(0),) * 4
+    return float((link_chunks / machine.link_cap).max()) if len(link_chunks) else 0.0, (steps, sent, local, cap)
+
+
+def lower_bound(loads, model, size: float, ncpl: int, proto: str, kind: str) -> float:
+    """No configuration runs a call of ``size`` faster (microseconds): the launch, plus the larger of the
+    busiest link's bytes at its full bandwidth and the busiest threadblock's own work, which it does one
+    message at a time (:mod:`colls.simulate.engine`): at least one message per step that is not a nop in
+    every pass, each costing the model's fixed time per message, and every byte at the threadblock's copy
+    rate (wire bytes for what it sends, data bytes for what it handles locally)."""
+    link_us, (steps, sent, local, cap) = loads
+    chunk = size / ncpl
+    eff = chunk_effective_bytes(proto, kind)
+    passes = 1 if chunk <= eff else int(chunk // eff) + (1 if chunk % eff > 1e-9 else 0)
+    rate = np.full(len(cap), model.tb_gbps * 1000.0) if model.tb_gbps else cap * model.tb_factor
+    tb_us = float((steps * passes * model.step_us + (sent * chunk / model.data_fraction + local * chunk) / rate)
+                  .max()) if len(cap) else 0.0
+    return model.launch_us + max(link_us * chunk / model.data_fraction, tb_us)
 
 
 class RuntimeDefault:
