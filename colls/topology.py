@@ -18,6 +18,7 @@ Conventions (every module relies on them):
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Hashable, Iterator
@@ -70,13 +71,17 @@ class Topology:
     # (routes, the GPU list, the adjacency the route search walks) is computed once.
     @property
     def ngpus(self) -> int:
-        return len(self.gpus)
+        return len(self._gpus())
 
     @property
     def gpus(self) -> list[int]:
+        return list(self._gpus())
+
+    def _gpus(self) -> list[int]:
+        """The GPU ranks in order, computed once (not a copy: callers inside this class only read it)."""
         if "gpus" not in self._index:
             self._index["gpus"] = sorted(v for v, k in self.graph.nodes(data="kind") if k == GPU)
-        return list(self._index["gpus"])
+        return self._index["gpus"]
 
     def kind(self, v: Vertex) -> str:
         return self.graph.nodes[v]["kind"]
@@ -167,13 +172,7 @@ class Topology:
 
     def _route_to(self, a: int, b: int) -> Route | None:
         home = self.node_of(a)
-        labels = self._widest_from(a, self.node_of(b) == home, home, target=b)
-        if b not in labels:
-            return None
-        path = [b]
-        while path[-1] != a:
-            path.append(labels[path[-1]][2])
-        return tuple(reversed(path))
+        return _path(self._widest_from(a, self.node_of(b) == home, home, target=b), a, b)
 
     def _routes_from(self, a: int, same_node: bool) -> dict:
         """Every route from ``a`` to the GPUs of its own node (``same_node``: through that node's switches
@@ -181,26 +180,19 @@ class Topology:
         found: dict = {}
         home = self.node_of(a)
         labels = self._widest_from(a, same_node, home)
-        for b in self._index.get("gpus") or self.gpus:
-            if b == a or (self.node_of(b) == home) != same_node:
-                continue
-            if b not in labels:
-                found[(a, b)] = None
-                continue
-            path = [b]
-            while path[-1] != a:
-                path.append(labels[path[-1]][2])
-            found[(a, b)] = tuple(reversed(path))
+        for b in self._gpus():
+            if b != a and (self.node_of(b) == home) == same_node:
+                found[(a, b)] = _path(labels, a, b)
         return found
 
     def _adjacency(self) -> dict:
-        """u -> [(v, rank of the link's bandwidth among all bandwidths, v's sort key, v's node, v is a GPU)],
-        in vertex order: the route search compares bottlenecks as ranks (exactly the order of the
+        """u -> [(v, rank of the link's bandwidth among all bandwidths, v's sort key, v's node)], in vertex
+        order: the route search compares bottlenecks as ranks (exactly the order of the
         bandwidths) instead of as fractions."""
         if "adjacency" not in self._index:
             g = self.graph
             rank = {bw: i for i, bw in enumerate(sorted({d["bw"] for _, _, d in g.edges(data=True)}))}
-            info = {v: (vertex_key(v), d.get("node"), d["kind"] == GPU) for v, d in g.nodes(data=True)}
+            info = {v: (vertex_key(v), d.get("node")) for v, d in g.nodes(data=True)}
             self._index["adjacency"] = {
                 u: [(v, rank[g.edges[u, v]["bw"]]) + info[v] for v in sorted(g.successors(u), key=vertex_key)]
                 for u in g.nodes}
@@ -211,9 +203,8 @@ class Topology:
         first found, vertices taken in order). With ``target``, the search stops when the target's label is
         final (taken from the heap): the labels on its path are then those the whole search gives."""
         adj = self._adjacency()
-        top = len(adj) + 1 << 32                    # above every rank: no bottleneck yet
-        best: dict = {a: (top, 0, None)}
-        heap = [(-top, 0, vertex_key(a), a)]        # (-bottleneck, hops, key, v)
+        best: dict = {a: (math.inf, 0, None)}      # the source: no bottleneck yet
+        heap = [(-math.inf, 0, vertex_key(a), a)]  # (-bottleneck, hops, key, v)
         done = set()
         while heap:
             negb, hops, _, u = heapq.heappop(heap)
@@ -225,7 +216,7 @@ class Topology:
             if u != a and self.graph.nodes[u]["kind"] == GPU:
                 continue  # GPUs are endpoints, never relays
             bu = best[u][0]
-            for v, r, key, node, _ in adj[u]:
+            for v, r, key, node in adj[u]:
                 if v in done or (same_node and node != home):
                     continue
                 bott = r if r < bu else bu
@@ -243,3 +234,13 @@ class Topology:
 
     def has_route(self, a: int, b: int) -> bool:
         return self.route(a, b) is not None
+
+
+def _path(labels: dict, a: int, b: int) -> Route | None:
+    """The route to ``b`` the search from ``a`` found (its labels' predecessors), or None."""
+    if b not in labels:
+        return None
+    path = [b]
+    while path[-1] != a:
+        path.append(labels[path[-1]][2])
+    return tuple(reversed(path))
