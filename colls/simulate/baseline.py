@@ -24,6 +24,7 @@ from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.simulate import Timing, simulate
 from colls.simulate.engine import Machine
+from colls.simulate.symmetry import per_list
 from colls.runtimes.costs import DEFAULT_LAUNCH, model_for
 from colls.runtimes import get_target
 from colls.verify.execution import chunk_effective_bytes
@@ -149,14 +150,12 @@ def _loads(machine) -> tuple:
     not nops, the chunks it sends (wire bytes) and the chunks it receives, copies or reduces locally (data
     bytes), and its base copy rate. Threadblocks sharing one list of steps are counted once."""
     link_chunks = np.zeros(len(machine.links))
-    counted: dict = {}                      # id(steps) -> (steps, chunks sent, chunks handled locally)
+    counted = per_list(machine.steps, lambda steps: (             # steps, chunks sent, chunks handled locally
+        sum(1 for step in steps if not step[2]),
+        sum(step[3] for step in steps if step[0]),
+        sum(step[3] for step in steps if not step[0] and not step[2])))
     per_tb = []
-    for ti, steps in enumerate(machine.steps):
-        if id(steps) not in counted:
-            counted[id(steps)] = (sum(1 for step in steps if not step[2]),
-                                  sum(step[3] for step in steps if step[0]),
-                                  sum(step[3] for step in steps if not step[0] and not step[2]))
-        nsteps, sent, local = counted[id(steps)]
+    for ti, (nsteps, sent, local) in enumerate(counted):
         if sent:
             link_chunks[machine.conn_links[machine.out_conn[ti]]] += sent
         per_tb.append((nsteps, sent, local, machine.tb_cap[ti]))

@@ -61,6 +61,7 @@ import numpy as np
 from colls.errors import CollsError
 from colls.program import STEP_SEMANTICS, Program
 from colls.runtimes.costs import Model, tb_rate
+from colls.simulate.symmetry import per_list
 from colls.topology import NIC, Topology
 from colls.verify.execution import chunk_effective_bytes, fifo_messages, max_allowed_count
 from colls.verify.structure import kernel_numbers
@@ -181,14 +182,12 @@ class Machine:
         self._quotient = False
         # steps, flattened per threadblock: the dependencies resolved to threadblock indices
         self.steps = []                                 # ti -> list of tuples
-        checked: dict = {}                              # id(steps) -> (first send, first receive, waits)
+        checked = per_list([template for _, _, template in heads], lambda steps: (
+            next((i for i, st in enumerate(steps) if st[0]), None),     # first send, first receive, waits
+            next((i for i, st in enumerate(steps) if st[1]), None),
+            any(st[4] >= 0 for st in steps)))
         for ti, (gid, tb, template) in enumerate(heads):
-            key = id(template)
-            if key not in checked:
-                checked[key] = (next((i for i, st in enumerate(template) if st[0]), None),
-                                next((i for i, st in enumerate(template) if st[1]), None),
-                                any(st[4] >= 0 for st in template))
-            first_send, first_recv, waits = checked[key]
+            first_send, first_recv, waits = checked[ti]
             missing = sorted((i, what) for i, what, peer in ((first_send, "send to", self.out_conn[ti]),
                                                              (first_recv, "receive from", self.in_conn[ti]))
                              if i is not None and peer < 0)
@@ -638,23 +637,18 @@ class _Run:
 def _run_ends(steps_of: list) -> list:
     """For each threadblock and step, where the run of alike steps it is in ends (exclusive): alike steps
     have the same kind, chunk count, wait and publish nothing (so their number in the kernel matters to
-    nobody). Threadblocks sharing one list of steps share the answer."""
-    done: dict = {}
-    out = []
-    for steps in steps_of:
-        if id(steps) not in done:
-            ends = [0] * len(steps)
-            end = len(steps)
-            for i in range(len(steps) - 1, -1, -1):
-                s = steps[i]
-                if i + 1 < len(steps):
-                    t = steps[i + 1]
-                    if s[6] or t[6] or s[:6] != t[:6] or s[8] != t[8]:
-                        end = i + 1
-                ends[i] = end
-            done[id(steps)] = ends
-        out.append(done[id(steps)])
-    return out
+    nobody)."""
+    def ends_of(steps):
+        ends, end = [0] * len(steps), len(steps)
+        for i in range(len(steps) - 1, -1, -1):
+            s = steps[i]
+            if i + 1 < len(steps):
+                t = steps[i + 1]
+                if s[6] or t[6] or s[:6] != t[:6] or s[8] != t[8]:
+                    end = i + 1
+            ends[i] = end
+        return ends
+    return per_list(steps_of, ends_of)
 
 
 def _max_min(idx: np.ndarray, own: np.ndarray, n: int, link_cap: np.ndarray, fcap: np.ndarray,

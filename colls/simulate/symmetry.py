@@ -27,6 +27,18 @@ from collections import Counter
 import numpy as np
 
 
+def per_list(steps_of: list, f) -> list:
+    """``f(steps)`` for each threadblock's list of steps, computed once per distinct list: threadblocks that
+    share one list (:meth:`Machine.from_threadblocks`) share the answer."""
+    done: dict = {}
+    out = []
+    for steps in steps_of:
+        if id(steps) not in done:
+            done[id(steps)] = f(steps)
+        out.append(done[id(steps)])
+    return out
+
+
 def _relabel(keys: list) -> list[int]:
     """Dense class numbers for hashable keys, in order of first appearance (deterministic)."""
     seen: dict = {}
@@ -37,12 +49,10 @@ def classes(m) -> tuple[list[int], list[int], list[int]]:
     """The coarsest equitable partition of ``m``'s threadblocks, connections and links (class numbers)."""
     T, C, L = len(m.tbs), len(m.conn_key), len(m.links)
     # what each element is by itself
-    shapes: dict = {}                                       # id(steps) -> the steps' shape, dense
-    for steps in m.steps:
-        if id(steps) not in shapes:
-            shapes[id(steps)] = (tuple((s[0], s[1], s[2], s[3], s[4] >= 0, s[5], s[6], s[7]) for s in steps),
-                                 tuple(s[4] for s in steps if s[4] >= 0))
-    shape = _relabel([shapes[id(m.steps[ti])][0] for ti in range(T)])
+    shapes = per_list(m.steps, lambda steps: (       # the steps' shape, and the threadblocks waited on
+        tuple((s[0], s[1], s[2], s[3], s[4] >= 0, s[5], s[6], s[7]) for s in steps),
+        tuple(s[4] for s in steps if s[4] >= 0)))
+    shape = _relabel([shapes[ti][0] for ti in range(T)])
     tb_c = _relabel([(shape[ti], m.tb_cap[ti], m.out_conn[ti] >= 0, m.in_conn[ti] >= 0) for ti in range(T)])
     conn_c = _relabel([(round(m.conn_latency[c], 12), len(m.conn_links[c]), m.conn_net[c]) for c in range(C)])
     link_c = _relabel([float(x) for x in m.link_cap])
@@ -50,7 +60,7 @@ def classes(m) -> tuple[list[int], list[int], list[int]]:
     for c in range(C):
         for li in m.conn_links[c].tolist():
             crossing[li].append(c)
-    waits = [shapes[id(m.steps[ti])][1] for ti in range(T)]          # the threadblocks each one waits on
+    waits = [shapes[ti][1] for ti in range(T)]
     counts = (len(set(tb_c)), len(set(conn_c)), len(set(link_c)))
     while True:
         tb_n = _relabel([(tb_c[ti], conn_c[m.out_conn[ti]] if m.out_conn[ti] >= 0 else -1,
