@@ -192,9 +192,7 @@ def ring_orders(topology: Topology, kind: str, counts) -> dict[int, list[tuple]]
     then taken in NCCL's order on a switch node (:func:`_neighbours_first`)."""
     from colls.synth.ring import _Planner
     sets = _Planner(topology).ring_sets(sorted(set(counts)))
-    switched = {}
-    for group in _nodes(topology):
-        switched.update({r: group for r in group} if _all_switched(topology, group) else {})
+    switched = {r: group for group in _nodes(topology) if _all_switched(topology, group) for r in group}
     return {k: [_neighbours_first(ring.order, switched) for ring in rings] for k, rings in sets.items()}
 
 
@@ -244,6 +242,20 @@ def _ring_header(topology: Topology, kind: str, rings: int, proto: str, tgt: Tar
                    rings, proto, 1, 1, 0, 0, [])
 
 
+def _ring_threadblocks(kind: str, orders: list[tuple]):
+    """Each rank's threadblocks for NCCL's ring over ``orders``, without steps: (rank, ring, position,
+    its threadblock on the ring's channel, and for allgather the local copy's threadblock after it, else
+    None), ids numbered per rank in ring order."""
+    count: dict = defaultdict(int)
+    for ring, order in enumerate(orders):
+        n = len(order)
+        for p, rank in enumerate(order):
+            tb = Threadblock(count[rank], send=order[(p + 1) % n], recv=order[(p - 1) % n], chan=ring)
+            copy = Threadblock(count[rank] + 1, chan=ring) if kind == "allgather" else None
+            count[rank] += 2 if copy is not None else 1
+            yield rank, ring, p, tb, copy
+
+
 def ring_program(topology: Topology, kind: str, orders: list[tuple], proto: str = "Simple",
                  target: str = "exe") -> Program:
     """NCCL's ring ``kind`` (:data:`NATIVE_RING`) over ``orders`` (one ring per channel) as a whole Program,
@@ -260,28 +272,27 @@ def ring_program(topology: Topology, kind: str, orders: list[tuple], proto: str 
     chunks = {"allreduce": (n * rings, n * rings), "allgather": (rings, n * rings),
               "reducescatter": (n * rings, rings)}[kind]
     tbs_of: dict = defaultdict(list)
-    for ring, order in enumerate(orders):
-        for p, rank in enumerate(order):
-            steps = []
-            for j, t in enumerate(types):
-                if kind == "allreduce":
-                    off = ring * n + ((p - j - 1) % n if j < n else (p - (j - n + 1)) % n)
-                    src, dst = ("i", "i") if j < n - 1 else ("i", "o") if j == n - 1 else ("o", "o")
-                elif kind == "allgather":
-                    off = ring if j == 0 else order[(p - j) % n] * rings + ring
-                    src = dst = "i" if j == 0 else "o"
-                else:
-                    off = order[(p - j - 1) % n] * rings + ring
-                    src, dst = "i", "i"
-                steps.append(Step(j, t, src, off, dst, off, 1, -1, -1, int(kind == "allgather" and j == 0)))
-            if kind == "reducescatter":
-                steps[-1].dstbuf, steps[-1].dstoff = "o", ring
-            tbs = tbs_of[rank]
-            tbs.append(Threadblock(len(tbs), send=order[(p + 1) % n], recv=order[(p - 1) % n], chan=ring,
-                                   steps=steps))
-            if kind == "allgather":
-                tbs.append(Threadblock(len(tbs), chan=ring, steps=[
-                    Step(0, "cpy", "i", ring, "o", rank * rings + ring, 1, tbs[-1].id, 0, 0)]))
+    for rank, ring, p, tb, copy in _ring_threadblocks(kind, orders):
+        order = orders[ring]
+        steps = []
+        for j, t in enumerate(types):
+            if kind == "allreduce":
+                off = ring * n + ((p - j - 1) % n if j < n else (p - (j - n + 1)) % n)
+                src, dst = ("i", "i") if j < n - 1 else ("i", "o") if j == n - 1 else ("o", "o")
+            elif kind == "allgather":
+                off = ring if j == 0 else order[(p - j) % n] * rings + ring
+                src = dst = "i" if j == 0 else "o"
+            else:
+                off = order[(p - j - 1) % n] * rings + ring
+                src, dst = "i", "i"
+            steps.append(Step(j, t, src, off, dst, off, 1, -1, -1, int(kind == "allgather" and j == 0)))
+        if kind == "reducescatter":
+            steps[-1].dstbuf, steps[-1].dstoff = "o", ring
+        tb.steps = steps
+        tbs_of[rank].append(tb)
+        if copy is not None:
+            copy.steps = [Step(0, "cpy", "i", ring, "o", rank * rings + ring, 1, tb.id, 0, 0)]
+            tbs_of[rank].append(copy)
     head.gpus = [Gpu(r, chunks[0], chunks[1], 0, tbs_of[r]) for r in range(n)]
     return head
 
@@ -297,16 +308,11 @@ def ring_machine(topology: Topology, kind: str, orders: list[tuple], proto: str 
     head = _ring_header(topology, kind, rings, proto, tgt)
     shared = step_tuples([Step(j, t, cnt=1, hasdep=int(kind == "allgather" and j == 0))
                           for j, t in enumerate(_ring_types(kind, n))])
-    copy = [Step(0, "cpy", cnt=1, depid=0, deps=0)]
     heads_of: dict = defaultdict(list)
-    for ring, order in enumerate(orders):
-        for p, rank in enumerate(order):
-            tbs = heads_of[rank]
-            tb = Threadblock(len(tbs), send=order[(p + 1) % n], recv=order[(p - 1) % n], chan=ring)
-            tbs.append((rank, tb, shared))
-            if kind == "allgather":
-                copy[0].depid = tb.id
-                tbs.append((rank, Threadblock(len(tbs), chan=ring), step_tuples(copy)))
+    for rank, _, _, tb, copy in _ring_threadblocks(kind, orders):
+        heads_of[rank].append((rank, tb, shared))
+        if copy is not None:
+            heads_of[rank].append((rank, copy, step_tuples([Step(0, "cpy", cnt=1, depid=tb.id, deps=0)])))
     heads = [h for r in range(n) for h in heads_of[r]]
     return head, Machine.from_threadblocks(head, topology, kind, heads)
 
