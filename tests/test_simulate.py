@@ -161,10 +161,6 @@ def test_the_order_of_threadblocks_in_a_file_does_not_change_its_time(machine, m
             assert simulate(p, topo, kind, size)[0].time_us == pytest.approx(base, rel=1e-9)
 
 
-JUMPING = {("switch3", "ring", "allreduce"), ("switch4-slow", "ring", "reducescatter"),
-           ("switch4-slow", "trees", "allgather")}
-
-
 @pytest.mark.parametrize("machine,method,kind,proto", [
     ("switch3", "ring", "allreduce", "Simple"), ("rails2x2", "trees", "allgather", "Simple"),
     ("mesh4", "direct", "alltoall", "Simple"), ("switch4-slow", "ring", "reducescatter", "LL128"),
@@ -187,8 +183,9 @@ def test_the_steady_state_jump_equals_the_full_simulation(machine, method, kind,
         jumped += fast.extrapolated_passes
         assert full.extrapolated_passes == 0
     # where every threadblock is held to the same pace (FIFOs, dependencies) the state recurs and is jumped;
-    # where independent pipelines drift apart it never recurs and every pass is simulated
-    assert (jumped > 0) == ((machine, method, kind) in JUMPING)
+    # where independent pipelines drift apart it recurs once the fastest have finished, and what is left is
+    # jumped: every case here jumps at some size
+    assert jumped > 0
 
 
 @pytest.mark.parametrize("machine,method,kind,proto", [

@@ -289,7 +289,6 @@ class _Run:
         self.ref = max(range(T), key=lambda ti: (len(m.steps[ti]), -ti)) if T else 0
         self.snapshots: dict = {}
         self.snap_due = False
-        self.ahead = 0
         self.jumped = 0
         # the steady state inside a pass: runs of alike steps (a ring's N-2 receive-reduce-sends)
         self.run_end = _run_ends(m.steps)
@@ -406,12 +405,9 @@ class _Run:
                 if left:
                     self.ref = max(left, key=lambda x: (len(self.m.steps[x]), -x))
                     self.snapshots.clear()
-                    self.ahead = max(self.it[x] for x in left) - self.it[self.ref]
             return
         if ti == self.ref and self.extrapolate:
             self.snap_due = True
-        if self.it[ti] - self.it[self.ref] > self.ahead:
-            self.ahead = self.it[ti] - self.it[self.ref]
 
     # --- flows ---------------------------------------------------------------------------------------
     def rebuild(self, keep=None):
@@ -561,7 +557,10 @@ class _Run:
             return
         j, tj, bytes_j = seen
         d, period = base - j, now - tj
-        jumps = (self.nfull - 1 - self.ahead - base - d) // d
+        # the threadblock furthest ahead now: in the state recorded ``d`` passes ago it was as far ahead, and
+        # every threadblock moves on by exactly ``d`` passes a period, so none gets further in between
+        ahead = max(i for i, dn in zip(self.it, self.done) if not dn) - base
+        jumps = (self.nfull - 1 - ahead - base - d) // d
         if jumps < 1:
             return
         shift = jumps * d
