@@ -19,8 +19,8 @@ $(STAMP): pyproject.toml
 
 demo: install
 	@mkdir -p out
-	$(COLLS) compile --hardware dgx-a100 --nodes 2 --collective allreduce -o out/dgx-a100-x2
-	$(COLLS) explain out/dgx-a100-x2 --ranks 16 --bytes 1GB
+	$(COLLS) compile --hardware dgx-a100 --nodes 2 --collective all -o out/dgx-a100-x2
+	$(COLLS) explain out/dgx-a100-x2 --ranks 16 --bytes 1GB --collective allgather
 
 test: install
 	$(PY) -m pytest

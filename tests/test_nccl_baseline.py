@@ -4,7 +4,7 @@ trees over the nodes) and refusals that name the option."""
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import pytest
 
@@ -311,3 +311,86 @@ def test_alike_nodes_get_the_ring_path_computed_once():
         assert [r.crossings for r in rings] == [r.crossings for r in Afresh(topo).plan(8)]
         computed.append(len(planner.paths))
     assert computed[0] == 8          # four alike DGX-2 nodes: one path per ring
+
+# --- NCCL's own tree kernel, its groups laid out directly -------------------------------------------------
+@pytest.mark.parametrize("name", ["dgx-a100", "dgx-a100 x2", "dgx-a100 x4", "rails2x4"])
+@pytest.mark.parametrize("channels", [1, 2])
+def test_native_tree_groups_compute_the_allreduce(name, channels):
+    """Each tree's groups, followed as NCCL's primitives move data (up: the own input plus every child's
+    partial sum to the parent; the root keeps the total; down: what the parent sent, to every child), leave
+    every rank with every rank's input exactly once; the groups have NCCL's fan-in and fan-out (the root at
+    most 2 children, others at most 3, one parent), and each tree has its own lane."""
+    from colls.simulate.defaults import _tree_groups
+    topo = machine(name)
+    by_lane: dict = defaultdict(list)
+    for rank, group, kind in _tree_groups(topo, channels):
+        by_lane[group.chan].append((rank, group, kind))
+    assert sorted(by_lane) == list(range(2 * channels))
+    for lane, groups in by_lane.items():
+        ups = {r: g for r, g, k in groups if k in ("s", "rrs", "rrcs")}
+        downs = {r: g for r, g, k in groups if k in ("r", "rcs", "rrcs")}
+        assert sorted(ups) == sorted(downs) == topo.gpus
+        roots = [r for r, g, k in groups if k == "rrcs"]
+        assert len(roots) == 1 and len(ups[roots[0]].recv) <= 2 and ups[roots[0]].send == ups[roots[0]].recv
+        partial: dict = {}
+
+        def up(v):                      # what v's up group sends (or, at the root, keeps)
+            if v not in partial:
+                got = Counter({v: 1})
+                for child in ups[v].recv:
+                    assert ups[child].send == (v,)
+                    got += up(child)
+                partial[v] = got
+            return partial[v]
+        total = up(roots[0])
+        assert total == Counter({r: 1 for r in topo.gpus})
+        for v, g in downs.items():     # every child receives from its parent what the parent keeps: the total
+            if v != roots[0]:
+                assert len(g.recv) == 1 and len(ups[v].recv) <= 3 and v in downs[g.recv[0]].send
+                assert set(g.send) == set(ups[v].recv)
+
+
+def test_native_tree_cuts_messages_as_nccls_tree():
+    """NCCL's tree moves one slot of the connection's buffer per message (512 KB with Simple's default 4 MB,
+    eight in flight), where a file's Simple message takes four (2 MB, two in flight); LL128 shrinks the tree's
+    chunk for smaller calls (src/enqueue.cc)."""
+    from colls.runtimes.nccl import tree_chunk_bytes
+    from colls.simulate.defaults import tree_machine
+    from colls.simulate.engine import Machine
+    topo = machine("dgx-a100 x2")
+    _, m = tree_machine(topo, 2)
+    assert (m.message_bytes("Simple", 1 << 30), m.fifo("Simple")) == (512 << 10, 8)
+    assert (m.message_bytes("LL", 1 << 30), m.fifo("LL")) == (32 << 10, 8)
+    ring = Machine(build("dgx-a100 x2", "allreduce", "ring", 1), topo, "allreduce")
+    assert (ring.message_bytes("Simple", 1 << 30), ring.fifo("Simple")) == (2 << 20, 2)
+    full = 600 * 1024 // 16 * 15            # LL128: a slot's data bytes
+    assert tree_chunk_bytes("LL128", 1 << 30, 4, 16, 2, full) == full
+    # 2 nodes of 8: nstepsLL128 = 1 + 1 + 0.8; a 1 MB call on 4 channels halves until 64 KB chunks
+    small = tree_chunk_bytes("LL128", 1 << 20, 4, 16, 2, full)
+    assert small < full and small >= 32768 and (1 << 20) // (4 * small) >= 2.8 * 16 / 8
+    assert tree_chunk_bytes("Simple", 1 << 20, 4, 16, 2, 512 << 10) == 512 << 10
+
+
+@pytest.mark.parametrize("name", ["dgx-a100 x2", "rails2x4"])
+def test_native_tree_quotient_and_steady_state_are_exact(name):
+    """Groups with several peers keep the engine exact: alike groups simulated once give the whole machine's
+    time and link bytes, and the steady-state jump gives the full simulation's."""
+    from colls.runtimes.costs import for_protocol
+    from colls.simulate.defaults import tree_machine
+    from colls.simulate.engine import run
+    topo = machine(name)
+    jumped = 0
+    for channels in (1, 2):
+        _, m = tree_machine(topo, channels)
+        assert m.quotient() is not None
+        for proto in ("Simple", "LL128"):
+            for size in (1 << 16, 3 << 26):
+                kw = dict(ncpl=2 * channels, proto=proto)
+                fast = run(m, size, for_protocol(proto), **kw)
+                whole = run(m, size, for_protocol(proto), symmetric=False, **kw)
+                full = run(m, size, for_protocol(proto), extrapolate=False, **kw)
+                for other in (whole, full):
+                    assert fast.time_us == pytest.approx(other.time_us, rel=1e-9)
+                    assert fast.link_bytes == pytest.approx(other.link_bytes, rel=1e-9)
+                jumped += fast.extrapolated_passes
+    assert jumped > 0

@@ -237,5 +237,5 @@ def test_the_lower_bound_is_never_above_the_simulated_time():
             for size in (1 << 12, 1 << 20, 1 << 27):
                 timing, _ = simulate(replace(program, proto=proto), t, "allreduce", size, machine=machine,
                                      model=model, native=True)
-                assert lower_bound(loads, model, size, program.nchunksperloop, proto, "allreduce") \
+                assert lower_bound(loads, model, size, program.nchunksperloop, machine.message_bytes(proto, size)) \
                     <= timing.time_us * (1 + 1e-9)

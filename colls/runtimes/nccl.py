@@ -1,4 +1,5 @@
-"""Facts about what NCCL runs by itself, for the algorithms that are not MSCCL programs (NVLS, NVLS-tree).
+"""Facts about what NCCL runs by itself, for the algorithms that are not MSCCL programs (NVLS, NVLS-tree,
+and the message sizes of its tree).
 
 The MSCCL executor is built on NCCL 2.23.4 (Azure/msccl-executor-nccl ``makefiles/version.mk``), so these are
 that version's figures where the source has them; where only a later version states a figure, the line says
@@ -36,3 +37,24 @@ NVLS_EFFICIENCY = 0.85
 # H100 v5, 16 MB-8 GB) rises as the chunk size above shrinks at smaller sizes; a fixed 4 us per round
 # accounts for it (bench/CALIBRATION.md checks it against every published H100 point).
 NVLS_ROUND_US = 4.0
+
+# src/enqueue.cc (NCCL 2.23, computeColl): "chunkSteps = (SIMPLE && RING) ? info->chunkSteps : 1", so a tree
+# message is one slot of the connection's buffer (buffSize / NCCL_STEPS: 512 KB with Simple's default
+# 4 MB), and the 8 slots hold 8 messages; the ring's Simple primitives take 4 slots. Only LL128 shrinks the
+# tree's chunk for smaller calls ("nstepsLL128 = 1 + log2i(nNodes) + 0.1 * ppn").
+TREE_CHUNK_STEPS = 1
+
+
+def tree_chunk_bytes(proto: str, nbytes: float, nchannels: int, nranks: int, nnodes: int, chunk: int) -> int:
+    """The bytes of one of NCCL's tree messages for a call of ``nbytes`` on ``nchannels`` channels (NCCL's
+    count: both trees of a pair), from the protocol's full ``chunk`` (src/enqueue.cc, NCCL 2.23): LL128
+    halves it while each channel would move fewer than ``nstepsLL128 x 64 / ppn`` chunks (down to 128 KB),
+    then fewer than ``nstepsLL128 x 16 / ppn`` (down to 32 KB)."""
+    if proto != "LL128":
+        return chunk
+    ppn = nranks / max(nnodes, 1)
+    steps = 1 + (max(nnodes, 1).bit_length() - 1) + 0.1 * ppn
+    for factor, floor in ((64, 131072), (16, 32768)):
+        while nbytes // (nchannels * chunk) < steps * factor / ppn and chunk > floor:
+            chunk //= 2
+    return chunk

@@ -27,7 +27,6 @@ from colls.simulate.engine import Machine
 from colls.simulate.symmetry import per_list
 from colls.runtimes.costs import DEFAULT_LAUNCH, model_for
 from colls.runtimes import get_target
-from colls.verify.execution import chunk_effective_bytes
 
 # A configuration is not simulated when its lower bound shows it cannot beat the best found by more than
 # this fraction: the result is within 0.1 % of the model's best (40 times less than the smallest error the
@@ -74,7 +73,7 @@ class Fastest:
         for index, (extra, program, machine, loads) in enumerate(self.entries):
             for order, proto in enumerate(self.protocols):
                 model = model_for(proto, self.topology.gpu_model(), launch=self.launch)
-                lb = lower_bound(loads, model, size, program.nchunksperloop or 1, proto, self.kind)
+                lb = lower_bound(loads, model, size, program.nchunksperloop or 1, machine.message_bytes(proto, size))
                 candidates.append((lb, index, order, proto, model))
         candidates.sort(key=lambda c: c[:3])
         best = None
@@ -116,6 +115,14 @@ class Baseline:
             for channels, orders in sorted(defaults.ring_orders(topology, kind, counts).items()):
                 program, machine = defaults.ring_machine(topology, kind, orders, target=target)
                 entries.append(({"channels": channels}, program, machine))
+        elif algorithm == "tree" and kind == "allreduce" and topology.ngpus > 1:
+            # NCCL's own tree kernel, its groups laid out directly (defaults.tree_machine): a pair of trees per
+            # channel, each tree on a block of its own (NCCL's channels c and c + nChannels)
+            counts = [c for c in counts if 2 * c <= min(sms, top)]
+            last_error = f"two blocks per channel, {sms} SMs"
+            for channels in counts:
+                program, machine = defaults.tree_machine(topology, channels, target=target)
+                entries.append(({"channels": channels}, program, machine))
         else:
             coll = Collective(kind, topology.ngpus, root=root)
             for channels in counts:
@@ -156,22 +163,22 @@ def _loads(machine) -> tuple:
         sum(step[3] for step in steps if not step[0] and not step[2])))
     per_tb = []
     for ti, (nsteps, sent, local) in enumerate(counted):
-        if sent:
-            link_chunks[machine.conn_links[machine.out_conn[ti]]] += sent
+        for c in machine.out_conns[ti] if sent else ():
+            link_chunks[machine.conn_links[c]] += sent
         per_tb.append((nsteps, sent, local, machine.tb_cap[ti]))
     steps, sent, local, cap = (np.array(x, dtype=float) for x in zip(*per_tb)) if per_tb else (np.zeros(0),) * 4
     return float((link_chunks / machine.link_cap).max()) if len(link_chunks) else 0.0, (steps, sent, local, cap)
 
 
-def lower_bound(loads, model, size: float, ncpl: int, proto: str, kind: str) -> float:
+def lower_bound(loads, model, size: float, ncpl: int, eff: int) -> float:
     """No configuration runs a call of ``size`` faster (microseconds): the launch, plus the larger of the
     busiest link's bytes at its full bandwidth and the busiest threadblock's own work, which it does one
     message at a time (:mod:`colls.simulate.engine`): at least one message per step that is not a nop in
     every pass, each costing the model's fixed time per message, and every byte at the threadblock's copy
-    rate (wire bytes for what it sends, data bytes for what it handles locally)."""
+    rate (wire bytes for what it sends, data bytes for what it handles locally). ``eff``: the bytes of one
+    message of one chunk at most (:meth:`colls.simulate.engine.Machine.message_bytes`)."""
     link_us, (steps, sent, local, cap) = loads
     chunk = size / ncpl
-    eff = chunk_effective_bytes(proto, kind)
     passes = 1 if chunk <= eff else int(chunk // eff) + (1 if chunk % eff > 1e-9 else 0)
     rate = np.full(len(cap), model.tb_gbps * 1000.0) if model.tb_gbps else cap * model.tb_factor
     tb_us = float((steps * passes * model.step_us + (sent * chunk / model.data_fraction + local * chunk) / rate)

@@ -1,7 +1,8 @@
-"""What NCCL does by itself: its ring and tree algorithms, written as verified MSCCL programs.
+"""What NCCL does by itself: its ring and tree algorithms, laid out for the engine as NCCL's kernels run them.
 
-To show what the runtime would do without an MSCCL file, NCCL's own algorithms are expressed as MSCCL
-programs on the same machine, so that one engine times both. :func:`nccl_program` builds them.
+To show what the runtime would do without an MSCCL file, NCCL's own algorithms run on the same engine as the
+files: the ring and the tree as NCCL's kernels run them (:func:`ring_machine`, :func:`tree_machine`), and
+as verified MSCCL programs where they fit a file (:func:`nccl_program`, which the tests hold them to).
 
 What NCCL does
 --------------
@@ -58,16 +59,16 @@ channels); on a fabric where some pair has no route (NDv2's hybrid
 cube mesh, where NCCL would go through PCIe and the host) it is colls' ring alltoall, which relays those
 pairs over NVLink.
 
-*Tree.* :func:`tree_schedule` writes the double binary tree as a colls
-:class:`~colls.schedule.Schedule` and :func:`colls.lower.lower` turns it into a program. Each of the
-``channels`` channels holds a pair of trees on two lanes (lane ``2c`` tree 0, lane ``2c + 1`` tree 1),
-and lanes become MSCCL channels, so the program has ``2 x channels`` channels, NCCL's ``c`` and
-``c + nChannels``. Every lane owns its own chunk columns (chunk ``m * lanes + lane``, NCCL's
-interleaving of channels), one each by default: ``2 x channels`` chunks per loop, since the runtime's
-loop already pipelines the slices of every chunk through the tree. Per chunk, a leaf sends its input up;
-an inner GPU receives from its children one after another, the first reduced with its own input and the
-others with the partial sum, the last one kept in flight and sent on to the parent (``rrs``); the root
-keeps the total, and every GPU receives it from its parent and copies it on to its children (``rcs``).
+*Tree.* NCCL's tree kernel (:func:`tree_machine`, ``runTreeSplit``): per channel a pair of trees, each on
+a block of its own (lane ``2c`` tree 0, lane ``2c + 1`` tree 1: NCCL's channels ``c`` and ``c + nChannels``),
+each lane owning one chunk column. Each tree's block is two thread groups (:func:`_tree_groups`): the up
+group receives from all the GPU's children at once, reduces with its input and sends to the parent, the
+down group receives from the parent and sends to all children at once; the root's block does both in one
+primitive. The engine runs a group as one threadblock with several peers (a step waits for every peer's
+message or slot). Messages are NCCL's tree messages: one slot of the connection's buffer (512 KB with
+Simple's default buffer, eight in flight; :func:`colls.runtimes.nccl.tree_chunk_bytes`). The file form
+(:func:`tree_schedule`, :func:`nccl_program`) writes the same trees as an MSCCL program, a threadblock per
+peer (the tests prove it and check the trees' shapes); the baseline times the kernel's form.
 Channel ``c``'s chain starts at a GPU on NIC rail ``c`` (mod the rails; GPUs sharing a rail take turns)
 and follows the node's best Hamiltonian path from there (:func:`colls.synth.ring.best_tour`).
 
@@ -87,11 +88,12 @@ Where these programs differ from NCCL
   the parent and the children on two GPUs near the NIC) and tries the simpler ``SPLIT_TREE`` and
   ``TREE`` when it finds no channel (``ncclTopoCompute``, "Try a simpler tree"); these programs use
   ``TREE`` (one GPU per node and channel talks to the network).
-- Reductions: an MSCCL threadblock has one receive peer, so a GPU reduces its (up to three) children one
-  after another instead of in one ``recvReduceSend`` over all of them, and the reduce and broadcast
-  halves are separate threadblocks instead of one split thread block.
-- Chunking: NCCL chooses chunk sizes and the number of channels per call size (``src/graph/tuning.cc``,
-  ``src/enqueue.cc``); here they are fixed by the program (the runtime's slicing of each chunk remains).
+- Tree groups: NCCL splits one block's threads between the up and down groups (Simple: half each, LL and
+  LL128: 70 % up); the model gives each group a whole threadblock's copy rate, and a group with several
+  peers moves each peer's bytes at that rate in parallel.
+- Chunking: NCCL chooses the number of channels per call size (``src/graph/tuning.cc``); here the
+  baseline takes the fastest count. The ring's messages are a file's (a Simple message of four slots, two
+  in flight), where NCCL's ring moves slices of two slots, four in flight.
 - Alltoall: NCCL's point-to-point scheduler spreads peers over channels per round; here every channel
   carries a slice of every pair's block.
 """
@@ -99,6 +101,7 @@ Where these programs differ from NCCL
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from colls import lower as lowering
@@ -111,6 +114,7 @@ from colls.schedule import TRANSIENT, Op, Schedule
 from colls.synth.common import checked_route
 from colls.synth.ring import best_tour
 from colls.runtimes import Target, get_target
+from colls.runtimes import nccl as nccl_facts
 from colls.topology import NIC, Topology
 
 if TYPE_CHECKING:
@@ -356,10 +360,12 @@ def _nodes(topology: Topology) -> list[list[int]]:
 def _head_order(topology: Topology, nodes: list[list[int]]) -> list[int]:
     """Local GPU indices in the order channels take them as chain heads: one GPU of each NIC rail in
     turn (the NIC the GPU's route to the next node leaves by; rails in the order of their first GPU),
-    then the next GPU of each rail; on one node, every GPU in order."""
+    then the next GPU of each rail. On one node no NIC sets a channel's start and NCCL's search repeats one
+    chain on every channel (NCCL_DEBUG=INFO on one HGX A100 prints the same ``Trees`` entry for all 24
+    channels, NVIDIA/nccl-tests issue 100): the first GPU heads them all."""
     first = nodes[0]
     if len(nodes) == 1:
-        return list(range(len(first)))
+        return [0]
     rails: dict = defaultdict(list)
     for i, a in enumerate(first):
         other = nodes[1][min(i, len(nodes[1]) - 1)]
@@ -395,10 +401,15 @@ def tree_parents(topology: Topology, channels: int) -> list[tuple[dict, list[tup
     nodes = _nodes(topology)
     order = _head_order(topology, nodes)
     node_trees = dtree_parents(len(nodes))
+    switched = [_all_switched(topology, g) for g in nodes]
     out = []
     for c in range(channels):
         local = order[c % len(order)]
-        chains = [_chain(topology, g, g[local % len(g)]) for g in nodes]
+        # on a switch node NCCL's tree search (pattern TREE) takes the next GPU by index first
+        # (ncclTopoSearchNextGpuSort, "Try to use neighbors first"): the node in index order turned to start
+        # at the head, so the channels are one chain turned
+        chains = [tuple(g[(local % len(g) + j) % len(g)] for j in range(len(g))) if sw
+                  else _chain(topology, g, g[local % len(g)]) for g, sw in zip(nodes, switched)]
         pair = []
         for node_parent in node_trees:
             parent: dict = {}
@@ -458,6 +469,77 @@ def _tree_ops(topology: Topology, parent: dict, lane: int, index: int, start: in
             down[c] = down[v] + (1 if topology.node_of(c) == topology.node_of(v) else 2)
             ops.append(op(down[c], v, c, "o", "o"))
     return ops
+
+
+@dataclass
+class Group:
+    """One of NCCL's thread groups as the engine runs it (:meth:`colls.simulate.engine.Machine.from_threadblocks`):
+    a threadblock whose send and receive peers may be several GPUs, every step using all of them at once."""
+
+    id: int
+    send: tuple
+    recv: tuple
+    chan: int
+
+
+def _tree_groups(topology: Topology, channels: int):
+    """Each rank's groups for NCCL's double binary tree allreduce as its kernel runs it (``runTreeSplit`` in
+    ``src/device/all_reduce.h``, NCCL 2.23): (rank, :class:`Group`, its step), ids numbered per rank.
+
+    NCCL runs each tree of a channel in one block whose threads split in two groups: the up group receives
+    from every child at once, reduces with its own input and sends to the parent (``recvReduceSend``, a
+    ``FanAsymmetric<3, 1>`` primitive; a leaf sends), the down group receives from the parent, keeps the
+    result and sends it to every child at once (``recvCopySend``, ``FanAsymmetric<1, 3>``; a leaf
+    receives); the root's whole block receives from its children, reduces, keeps the total and sends it
+    back down in one primitive (``recvReduceCopySend``, ``FanSymmetric<2>``). A primitive with several peers
+    waits for all of them, so the up groups run ahead of the down groups only as far as the root's FIFOs
+    let them. Tree ``t`` of channel ``c`` is lane ``2c + t`` (NCCL's channels ``c`` and ``c + nChannels``)
+    and owns chunk ``2c + t``; the chain child comes first among a GPU's children."""
+    count: dict = defaultdict(int)
+
+    def group(rank, send, recv, lane):
+        g = Group(count[rank], tuple(send), tuple(recv), lane)
+        count[rank] += 1
+        return g
+
+    for c, (pair, _) in enumerate(tree_parents(topology, channels)):
+        for t, parent in enumerate(pair):
+            lane = 2 * c + t
+            children: dict = defaultdict(list)
+            for v, p in parent.items():
+                if p is not None:
+                    children[p].append(v)
+            for v in sorted(parent):
+                up, node = parent[v], topology.node_of(v)
+                kids = sorted(children[v], key=lambda k: (topology.node_of(k) != node, k))
+                if up is None:
+                    yield v, group(v, kids, kids, lane), "rrcs"
+                    continue
+                yield v, group(v, [up], kids, lane), "rrs" if kids else "s"
+                yield v, group(v, kids, [up], lane), "rcs" if kids else "r"
+
+
+def tree_machine(topology: Topology, channels: int, proto: str = "Simple",
+                 target: str = "exe") -> tuple[Program, "Machine"]:
+    """NCCL's tree allreduce with ``channels`` pairs of trees laid out for the engine (:func:`_tree_groups`):
+    the Program's header (no GPUs) and the Machine, its messages cut as NCCL cuts a tree's
+    (:func:`colls.runtimes.nccl.tree_chunk_bytes`: one slot of the connection's buffer each, eight in
+    flight). Each group moves a message to or from each of its peers at a threadblock's copy rate, in
+    parallel (NCCL splits one block's threads between the up and down groups; the model gives each a whole
+    threadblock's rate, as the file the tree was modelled by before did)."""
+    from colls.simulate.engine import Machine, step_tuples
+    tgt = get_target(target)
+    head = Program(f"nccl-tree-allreduce-{topology.name.replace(' ', '')}", tgt.coll_name("allreduce"),
+                   topology.ngpus, 2 * channels, 2 * channels, proto, 1, 1, 0, 0, [])
+    shared = {kind: step_tuples([Step(0, kind, cnt=1)]) for kind in ("rrcs", "rrs", "s", "rcs", "r")}
+    heads = sorted(((rank, g, shared[kind]) for rank, g, kind in _tree_groups(topology, channels)),
+                   key=lambda h: (h[0], h[1].id))
+    machine = Machine.from_threadblocks(head, topology, "allreduce", heads)
+    nnodes, n = len(_nodes(topology)), topology.ngpus
+    machine.chunk_steps = nccl_facts.TREE_CHUNK_STEPS
+    machine.chunk_rule = lambda proto, size, eff: nccl_facts.tree_chunk_bytes(proto, size, 2 * channels, n, nnodes,
+                                                                             eff)
+    return head, machine
 
 
 def tree_schedule(topology: Topology, collective: Collective, channels: int) -> Schedule:

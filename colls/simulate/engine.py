@@ -143,6 +143,19 @@ class Machine:
         self.link_cap = np.array([float(g.edges[e]["bw"]) * 1000.0 * float(g.edges[e].get("efficiency", 1))
                                   for e in links], dtype=float)
         self.link_index = {e: i for i, e in enumerate(links)}
+        # how the runtime cuts a call into messages: MSCCL's, unless the algorithm is the runtime's own and
+        # cuts otherwise (NCCL's tree, colls.simulate.defaults.tree_machine)
+        self.chunk_steps: int | None = None      # slots of the connection's buffer a Simple message takes
+        self.chunk_rule = None                   # (proto, call bytes, message bytes) -> message bytes
+
+    def message_bytes(self, proto: str | None, size: float, buffsize: int | None = None) -> int:
+        """The data bytes of one message of one chunk at most, for a call of ``size`` bytes."""
+        eff = chunk_effective_bytes(proto, self.kind, buffsize, self.chunk_steps)
+        return self.chunk_rule(proto, size, eff) if self.chunk_rule is not None else eff
+
+    def fifo(self, proto: str | None) -> int:
+        """Messages a connection holds before its sender waits."""
+        return fifo_messages(proto, self.chunk_steps)
 
     def _lay_out(self, heads):
         topology, g, link_index = self.topology, self.topology.graph, self.link_index
@@ -151,8 +164,8 @@ class Machine:
         self.tb_cap = [tb_rate(g.nodes[gid].get("model")) * 1000.0 for gid, _, _ in self.tbs]
         conns: dict = {}
         self.conn_key, self.conn_sender, self.conn_receiver = [], [], []
-        self.out_conn = [-1] * len(self.tbs)
-        self.in_conn = [-1] * len(self.tbs)
+        self.out_conns: list[tuple] = [()] * len(self.tbs)    # a threadblock's connections: one peer each way
+        self.in_conns: list[tuple] = [()] * len(self.tbs)     # in a file, several for a native NCCL group
 
         def conn(key):
             if key not in conns:
@@ -163,12 +176,13 @@ class Machine:
             return conns[key]
 
         for ti, (gid, _, tb) in enumerate(self.tbs):
-            if tb.send is not None and tb.send >= 0:
-                c = conn((gid, tb.send, tb.chan))
-                self.out_conn[ti], self.conn_sender[c] = c, ti
-            if tb.recv is not None and tb.recv >= 0:
-                c = conn((tb.recv, gid, tb.chan))
-                self.in_conn[ti], self.conn_receiver[c] = c, ti
+            outs = [conn((gid, peer, tb.chan)) for peer in _peers(tb.send)]
+            ins = [conn((peer, gid, tb.chan)) for peer in _peers(tb.recv)]
+            for c in outs:
+                self.conn_sender[c] = ti
+            for c in ins:
+                self.conn_receiver[c] = ti
+            self.out_conns[ti], self.in_conns[ti] = tuple(outs), tuple(ins)
         self.conn_links, self.conn_latency, self.conn_net = [], [], []
         for src, dst, chan in self.conn_key:
             route = topology.route(src, dst) if src != dst else None
@@ -188,9 +202,9 @@ class Machine:
             any(st[4] >= 0 for st in steps)))
         for ti, (gid, tb, template) in enumerate(heads):
             first_send, first_recv, waits = checked[ti]
-            missing = sorted((i, what) for i, what, peer in ((first_send, "send to", self.out_conn[ti]),
-                                                             (first_recv, "receive from", self.in_conn[ti]))
-                             if i is not None and peer < 0)
+            missing = sorted((i, what) for i, what, peers in ((first_send, "send to", self.out_conns[ti]),
+                                                              (first_recv, "receive from", self.in_conns[ti]))
+                             if i is not None and not peers)
             if missing:
                 i, what = missing[0]
                 raise CollsError(f"gpu {gid} tb {tb.id} step {i} ({template[i][8]}) has no peer to {what}", key="tb")
@@ -237,7 +251,7 @@ class _Run:
         self.m = m
         self.model = model
         chunk = size / ncpl                                 # bytes of one chunk
-        eff = chunk_effective_bytes(proto, m.kind, buffsize)
+        eff = m.message_bytes(proto, size, buffsize)
         self.mac = max_allowed_count(max(int(math.ceil(size)), 1), ncpl, eff)
         if chunk <= eff:
             self.pass_bytes = [chunk]
@@ -246,7 +260,7 @@ class _Run:
             self.pass_bytes = [float(eff)] * int(full) + ([rest] if rest > 1e-9 else [])
         self.npass = len(self.pass_bytes)
         self.nfull = sum(1 for b in self.pass_bytes if b == self.pass_bytes[0])
-        self.cap = fifo_messages(proto)
+        self.cap = m.fifo(proto)
         self.step_us = model.step_us
         self.net_us = model.net_step_us
         self.wire = 1.0 / model.data_fraction
@@ -255,6 +269,7 @@ class _Run:
                        else [c * model.tb_factor for c in m.tb_cap])
         self.it, self.pc, self.k = [0] * T, [0] * T, [0] * T
         self.busy = [False] * T
+        self.flows_left = [0] * T                       # a sending message's flows still moving
         self.done = [len(m.steps[ti]) == 0 for ti in range(T)]
         self.published = [-1] * T
         self.waiters = [[] for _ in range(T)]
@@ -329,14 +344,16 @@ class _Run:
                 self.finish_step(ti)
                 continue
             if rcv:
-                c = m.in_conn[ti]
-                if self.arrived[c] <= self.consumed[c]:
-                    return
+                for c in m.in_conns[ti]:
+                    if self.arrived[c] <= self.consumed[c]:
+                        return
             if snd:
-                c2 = m.out_conn[ti]
-                if self.sent[c2] - self.consumed[c2] >= self.cap:
-                    return
-                self.sent[c2] += 1
+                outs = m.out_conns[ti]
+                for c2 in outs:
+                    if self.sent[c2] - self.consumed[c2] >= self.cap:
+                        return
+                for c2 in outs:
+                    self.sent[c2] += 1
             self.busy[ti] = True
             self.act_start[ti] = self.now
             self.push(self.now + self.step_us, _START, ti)
@@ -349,14 +366,16 @@ class _Run:
         snd, rcv, nop, cnt, dt, deps, pub, num, kind = m.steps[ti][p]
         nbytes = self.messages(cnt, it)[k]
         if snd:
-            c = m.out_conn[ti]
-            links, weight = m.conn_links[c], m.conn_weight[c]
             wire = nbytes * self.wire
-            self.link_bytes[links] += wire * weight
+            outs = m.out_conns[ti]
+            for c in outs:
+                self.link_bytes[m.conn_links[c]] += wire * m.conn_weight[c]
             if wire <= 0:
                 self.complete(ti)
                 return
-            self.pending.append((ti, links, wire, weight))
+            for c in outs:              # one flow per peer, each at the threadblock's copy rate
+                self.pending.append((ti, m.conn_links[c], wire, m.conn_weight[c]))
+            self.flows_left[ti] = len(outs)
             self.rates_dirty = True
         else:
             dur = nbytes / self.tb_cap[ti] if nbytes > 0 else 0.0
@@ -370,12 +389,12 @@ class _Run:
         if self.timeline:
             self.record(self.tb_iv[ti], self.act_start[ti], self.now, kind)
         if snd:
-            c = m.out_conn[ti]
-            self.push(self.now + m.conn_latency[c] + (self.net_us if m.conn_net[c] else 0.0), _ARRIVE, c)
+            for c in m.out_conns[ti]:
+                self.push(self.now + m.conn_latency[c] + (self.net_us if m.conn_net[c] else 0.0), _ARRIVE, c)
         if rcv:
-            c = m.in_conn[ti]
-            self.consumed[c] += 1
-            self.wake(m.conn_sender[c])
+            for c in m.in_conns[ti]:
+                self.consumed[c] += 1
+                self.wake(m.conn_sender[c])
         self.busy[ti] = False
         self.k[ti] += 1
         if self.k[ti] >= len(self.messages(cnt, self.it[ti])):
@@ -502,7 +521,9 @@ class _Run:
                     keep = ~finished
                     self.rates_dirty = True
                     for ti in self.f_ti[finished].tolist():
-                        self.complete(ti)
+                        self.flows_left[ti] -= 1
+                        if not self.flows_left[ti]:
+                            self.complete(ti)
             while self.heap and self.heap[0][0] <= t + TIME_EPS:
                 _, _, what, arg = heapq.heappop(self.heap)
                 if what == _START:
@@ -633,6 +654,14 @@ class _Run:
         self.steps_jumped += shift
 
 
+def _peers(peer) -> tuple:
+    """A threadblock's send or receive peers: one GPU (-1 or None: none), or several (a native NCCL group that
+    sends to or receives from all its tree children at once)."""
+    if isinstance(peer, (tuple, list)):
+        return tuple(peer)
+    return (peer,) if peer is not None and peer >= 0 else ()
+
+
 def _run_ends(steps_of: list) -> list:
     """For each threadblock and step, where the run of alike steps it is in ends (exclusive): alike steps
     have the same kind, chunk count, wait and publish nothing (so their number in the kernel matters to
@@ -663,12 +692,26 @@ def _max_min(idx: np.ndarray, own: np.ndarray, n: int, link_cap: np.ndarray, fca
     round freezes something, and independent bottlenecks (each NIC of a cluster) freeze in the same round.
     The result is the allocation progressive filling gives (Bertsekas and Gallager, "Data Networks", 6.5.2).
     """
-    rate = np.zeros(n)
-    rem = link_cap.astype(float)
     L = len(link_cap)
-    flows = np.arange(n)
     cap = fcap.astype(float)
     w = np.ones(len(idx)) if weight is None else weight.astype(float)
+    # a link that would carry every one of its flows at its cap is no constraint: the allocation without it
+    # fits it, so it is the allocation with it; flows that cross only such links get their caps
+    tight = np.bincount(idx, weights=cap[own] * w, minlength=L) > link_cap * (1 + 1e-12)
+    e_tight = tight[idx]
+    if not e_tight.all():
+        rate = cap.copy()
+        constrained = np.zeros(n, dtype=bool)
+        constrained[own[e_tight]] = True
+        if not constrained.any():
+            return rate
+        sub = np.flatnonzero(constrained)
+        renum = np.cumsum(constrained) - 1
+        rate[sub] = _max_min(idx[e_tight], renum[own[e_tight]], len(sub), link_cap, cap[sub], w[e_tight])
+        return rate
+    rate = np.zeros(n)
+    rem = link_cap.astype(float)
+    flows = np.arange(n)
     while len(flows):
         cnt = np.bincount(idx, weights=w, minlength=L)
         used = cnt > 0

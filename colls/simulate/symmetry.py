@@ -53,7 +53,7 @@ def classes(m) -> tuple[list[int], list[int], list[int]]:
         tuple((s[0], s[1], s[2], s[3], s[4] >= 0, s[5], s[6], s[7]) for s in steps),
         tuple(s[4] for s in steps if s[4] >= 0)))
     shape = _relabel([shapes[ti][0] for ti in range(T)])
-    tb_c = _relabel([(shape[ti], m.tb_cap[ti], m.out_conn[ti] >= 0, m.in_conn[ti] >= 0) for ti in range(T)])
+    tb_c = _relabel([(shape[ti], m.tb_cap[ti], len(m.out_conns[ti]), len(m.in_conns[ti])) for ti in range(T)])
     conn_c = _relabel([(round(m.conn_latency[c], 12), len(m.conn_links[c]), m.conn_net[c]) for c in range(C)])
     link_c = _relabel([float(x) for x in m.link_cap])
     crossing = [[] for _ in range(L)]                       # link -> connections crossing it
@@ -63,8 +63,8 @@ def classes(m) -> tuple[list[int], list[int], list[int]]:
     waits = [shapes[ti][1] for ti in range(T)]
     counts = (len(set(tb_c)), len(set(conn_c)), len(set(link_c)))
     while True:
-        tb_n = _relabel([(tb_c[ti], conn_c[m.out_conn[ti]] if m.out_conn[ti] >= 0 else -1,
-                          conn_c[m.in_conn[ti]] if m.in_conn[ti] >= 0 else -1,
+        tb_n = _relabel([(tb_c[ti], tuple(sorted(conn_c[c] for c in m.out_conns[ti])),
+                          tuple(sorted(conn_c[c] for c in m.in_conns[ti])),
                           tuple(tb_c[d] for d in waits[ti])) for ti in range(T)])
         conn_n = _relabel([(conn_c[c], tb_c[m.conn_sender[c]], tb_c[m.conn_receiver[c]],
                             tuple(link_c[li] for li in m.conn_links[c].tolist())) for c in range(C)])
@@ -98,8 +98,9 @@ class Quotient:
         self.link_cap = m.link_cap[rep_link]
         self.tbs = [m.tbs[ti] for ti in rep_tb]
         self.tb_cap = [m.tb_cap[ti] for ti in rep_tb]
-        self.out_conn = [conn_c[m.out_conn[ti]] if m.out_conn[ti] >= 0 else -1 for ti in rep_tb]
-        self.in_conn = [conn_c[m.in_conn[ti]] if m.in_conn[ti] >= 0 else -1 for ti in rep_tb]
+        # a threadblock's peers of one class are one connection here: the class's flows all count in its weight
+        self.out_conns = [tuple(sorted({conn_c[c] for c in m.out_conns[ti]})) for ti in rep_tb]
+        self.in_conns = [tuple(sorted({conn_c[c] for c in m.in_conns[ti]})) for ti in rep_tb]
         self.conn_key = [m.conn_key[c] for c in rep_conn]
         self.conn_sender = [tb_c[m.conn_sender[c]] for c in rep_conn]
         self.conn_receiver = [tb_c[m.conn_receiver[c]] for c in rep_conn]
@@ -113,6 +114,12 @@ class Quotient:
             self.conn_weight.append(np.array([conn_size[k] * hops[x] / link_size[x] for x in ls]))
         self.steps = [[s[:4] + (tb_c[s[4]] if s[4] >= 0 else -1,) + s[5:] for s in m.steps[ti]]
                       for ti in rep_tb]
+
+    def message_bytes(self, proto, size, buffsize=None) -> int:
+        return self.full.message_bytes(proto, size, buffsize)
+
+    def fifo(self, proto) -> int:
+        return self.full.fifo(proto)
 
     def link_bytes(self, per_class: np.ndarray) -> np.ndarray:
         """Each original link's bytes from its class's."""

@@ -50,16 +50,21 @@ DEFAULT_BUFFSIZE = {"Simple": 1 << 22,           # DEFAULT_BUFFSIZE (x86; 1 MiB 
                     "LL128": 120 * 640 * NCCL_STEPS * 8}       # DEFAULT_LL128_BUFFSIZE
 
 
-def fifo_messages(proto: str | None) -> int:
-    """Messages a connection holds before the sender blocks (see the module docstring for the source)."""
-    return NCCL_STEPS if proto in ("LL", "LL128") else FIFO_MESSAGES
+def fifo_messages(proto: str | None, chunk_steps: int | None = None) -> int:
+    """Messages a connection holds before the sender blocks (see the module docstring for the source).
+    ``chunk_steps``: the slots a Simple message takes where it is not MSCCL's 4 (NCCL's own tree: 1)."""
+    if proto in ("LL", "LL128"):
+        return NCCL_STEPS
+    return FIFO_MESSAGES if chunk_steps is None else NCCL_STEPS // chunk_steps
 
 
-def chunk_effective_bytes(proto: str | None, kind: str | None, buffsize: int | None = None) -> int:
+def chunk_effective_bytes(proto: str | None, kind: str | None, buffsize: int | None = None,
+                          chunk_steps: int | None = None) -> int:
     """Data bytes one message of one chunk carries at most (``chunkEffectiveSize`` in mscclSetupCount).
 
     ``buffsize``: the connection buffer of the file's protocol, where a site sets it (``NCCL_BUFFSIZE``,
-    ``NCCL_LL_BUFFSIZE``, ``NCCL_LL128_BUFFSIZE``); NCCL's default otherwise.
+    ``NCCL_LL_BUFFSIZE``, ``NCCL_LL128_BUFFSIZE``); NCCL's default otherwise. ``chunk_steps``: the slots a
+    Simple message takes where it is not MSCCL's (NCCL's own tree: 1, ``src/enqueue.cc``).
     """
     proto = proto if proto in DEFAULT_BUFFSIZE else "Simple"
     step = (buffsize or DEFAULT_BUFFSIZE[proto]) // NCCL_STEPS
@@ -67,6 +72,8 @@ def chunk_effective_bytes(proto: str | None, kind: str | None, buffsize: int | N
         return step // 2
     if proto == "LL128":
         return step // 16 * 15                   # NCCL_LL128_DATAELEMS of NCCL_LL128_LINEELEMS
+    if chunk_steps is not None:
+        return step * chunk_steps
     return step * (1 if kind in ("broadcast", "reduce") else MSCCL_CHUNKSTEPS)
 
 
