@@ -42,7 +42,8 @@ CASES = [
     ("sweep-ring-allreduce-dgx-a100x4", "dgx-a100", 4, "sweep:ring", "allreduce", 20.0),
     ("sweep-trees-allgather-dgx-a100x4", "dgx-a100", 4, "sweep:trees", "allgather", 20.0),
     ("sweep-trees-allreduce-dgx-a100x4", "dgx-a100", 4, "sweep:trees", "allreduce", 20.0),
-    # colls compile (make demo's case): every method at every default size beside NCCL's own
+    # colls compile: every method at every default size beside NCCL's own (make demo's case: all collectives)
+    ("compile-all-dgx-a100x2", "dgx-a100", 2, "compile", "all", None),
     ("compile-allreduce-dgx-a100x2", "dgx-a100", 2, "compile", "allreduce", 120.0),
     ("compile-allreduce-dgx-a100x2-1-process", "dgx-a100", 2, "compile:1", "allreduce", None),
     # the simulator at scale (issue: cost grows with the schedule, not the bytes or the passes):
