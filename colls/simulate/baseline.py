@@ -23,7 +23,7 @@ import numpy as np
 from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.simulate import Timing, simulate
-from colls.simulate.engine import Machine
+from colls.simulate.engine import Machine, pass_bytes
 from colls.simulate.symmetry import per_list
 from colls.runtimes.costs import DEFAULT_LAUNCH, model_for
 from colls.runtimes import get_target
@@ -179,7 +179,7 @@ def lower_bound(loads, model, size: float, ncpl: int, eff: int) -> float:
     message of one chunk at most (:meth:`colls.simulate.engine.Machine.message_bytes`)."""
     link_us, (steps, sent, local, cap) = loads
     chunk = size / ncpl
-    passes = 1 if chunk <= eff else int(chunk // eff) + (1 if chunk % eff > 1e-9 else 0)
+    passes = len(pass_bytes(chunk, eff))
     rate = np.full(len(cap), model.tb_gbps * 1000.0) if model.tb_gbps else cap * model.tb_factor
     tb_us = float((steps * passes * model.step_us + (sent * chunk / model.data_fraction + local * chunk) / rate)
                   .max()) if len(cap) else 0.0

@@ -2,7 +2,8 @@
 
 To show what the runtime would do without an MSCCL file, NCCL's own algorithms run on the same engine as the
 files: the ring and the tree as NCCL's kernels run them (:func:`ring_machine`, :func:`tree_machine`), and
-as verified MSCCL programs where they fit a file (:func:`nccl_program`, which the tests hold them to).
+as verified MSCCL programs (:func:`nccl_program`: the tests hold the ring kernel to the file step for step,
+and check the trees' shapes on the tree's file form).
 
 What NCCL does
 --------------
@@ -206,6 +207,12 @@ def _all_switched(topology: Topology, group: list[int]) -> bool:
         (r := topology.route(a, b)) is not None and len(r) > 2 for a in group for b in group if a != b)
 
 
+def _turned(group: list[int], start: int) -> tuple:
+    """The GPUs of a switch node in index order from position ``start``, round the node: NCCL's search on a
+    switch node goes to the next GPU by index first."""
+    return tuple(group[(start + j) % len(group)] for j in range(len(group)))
+
+
 def _neighbours_first(order: tuple, switched: dict) -> tuple:
     """A ring's order with each switch node's part rebuilt as NCCL's search builds it: from the GPU the ring
     enters the node by, the next GPU is the one after it by index (``ncclTopoSearchNextGpuSort`` in
@@ -221,9 +228,7 @@ def _neighbours_first(order: tuple, switched: dict) -> tuple:
             continue
         part = order[i:i + len(group)]
         entry, leave = part[0], part[-1]
-        start = group.index(entry)
-        rest = [group[(start + j) % len(group)] for j in range(1, len(group))]
-        out += [entry] + [r for r in rest if r != leave] + [leave]
+        out += [r for r in _turned(group, group.index(entry)) if r != leave] + [leave]
         i += len(group)
     return tuple(out)
 
@@ -408,8 +413,8 @@ def tree_parents(topology: Topology, channels: int) -> list[tuple[dict, list[tup
         # on a switch node NCCL's tree search (pattern TREE) takes the next GPU by index first
         # (ncclTopoSearchNextGpuSort, "Try to use neighbors first"): the node in index order turned to start
         # at the head, so the channels are one chain turned
-        chains = [tuple(g[(local % len(g) + j) % len(g)] for j in range(len(g))) if sw
-                  else _chain(topology, g, g[local % len(g)]) for g, sw in zip(nodes, switched)]
+        chains = [_turned(g, local % len(g)) if sw else _chain(topology, g, g[local % len(g)])
+                  for g, sw in zip(nodes, switched)]
         pair = []
         for node_parent in node_trees:
             parent: dict = {}
@@ -420,6 +425,15 @@ def tree_parents(topology: Topology, channels: int) -> list[tuple[dict, list[tup
             pair.append(parent)
         out.append((pair, chains))
     return out
+
+
+def _children(parent: dict) -> dict:
+    """Each vertex's children in a tree given as vertex -> parent (None at the root)."""
+    children: dict = defaultdict(list)
+    for v, p in parent.items():
+        if p is not None:
+            children[p].append(v)
+    return children
 
 
 def _tree_ops(topology: Topology, parent: dict, lane: int, index: int, start: int) -> list[Op]:
@@ -435,10 +449,7 @@ def _tree_ops(topology: Topology, parent: dict, lane: int, index: int, start: in
     send of its own, in both trees (the lowering fuses a receive with the first send that forwards it,
     and by rank the mirrored tree would fuse with the other child: alike nodes would run unlike
     programs, and the two trees of a channel drift apart)."""
-    children: dict = defaultdict(list)
-    for v, p in parent.items():
-        if p is not None:
-            children[p].append(v)
+    children = _children(parent)
     root = next(v for v, p in parent.items() if p is None)
     order = [root]  # breadth first: parents before children
     for v in order:
@@ -505,10 +516,7 @@ def _tree_groups(topology: Topology, channels: int):
     for c, (pair, _) in enumerate(tree_parents(topology, channels)):
         for t, parent in enumerate(pair):
             lane = 2 * c + t
-            children: dict = defaultdict(list)
-            for v, p in parent.items():
-                if p is not None:
-                    children[p].append(v)
+            children = _children(parent)
             for v in sorted(parent):
                 up, node = parent[v], topology.node_of(v)
                 kids = sorted(children[v], key=lambda k: (topology.node_of(k) != node, k))

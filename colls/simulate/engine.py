@@ -87,6 +87,15 @@ class RunResult:
     extrapolated_steps: int = 0     # steps skipped by the jumps inside passes (of the reference threadblock)
 
 
+def pass_bytes(chunk: float, eff: int) -> list[float]:
+    """The bytes of one chunk each pass moves: whole messages of ``eff`` bytes, the last what is left (one
+    pass when the chunk fits one message)."""
+    if chunk <= eff:
+        return [chunk]
+    full, rest = divmod(chunk, eff)
+    return [float(eff)] * int(full) + ([rest] if rest > 1e-9 else [])
+
+
 def step_tuples(steps) -> list[tuple]:
     """A threadblock's steps as the engine runs them: (sends, receives, nop, chunks, waits-on tb id or -1, deps,
     publishes, kernel step number, kind). Nops without a dependency are kept but numbered as the loader
@@ -253,11 +262,7 @@ class _Run:
         chunk = size / ncpl                                 # bytes of one chunk
         eff = m.message_bytes(proto, size, buffsize)
         self.mac = max_allowed_count(max(int(math.ceil(size)), 1), ncpl, eff)
-        if chunk <= eff:
-            self.pass_bytes = [chunk]
-        else:
-            full, rest = divmod(chunk, eff)
-            self.pass_bytes = [float(eff)] * int(full) + ([rest] if rest > 1e-9 else [])
+        self.pass_bytes = pass_bytes(chunk, eff)
         self.npass = len(self.pass_bytes)
         self.nfull = sum(1 for b in self.pass_bytes if b == self.pass_bytes[0])
         self.cap = m.fifo(proto)
