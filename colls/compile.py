@@ -9,7 +9,11 @@ Fastest`), and times NCCL's own ring (and, for allreduce, its tree) at its best 
 count. At each size the winner is the fastest file, unless the runtime's own algorithm is within the
 model's measured error in that size band (:func:`colls.runtimes.calibration.margin`, from the comparison with
 published runs in bench/CALIBRATION.md) of it: then no file claims the size and the runtime keeps it
-("NCCL's own").
+("NCCL's own"). The runtime's algorithms are timed first, so a method is simulated at a size only as
+far as it could still take it: a configuration whose proven lower bound is above the runtime's time less the
+margin is not simulated (:meth:`colls.simulate.baseline.Fastest.time` with ``beat``), and a method none of
+whose configurations gets below it is "out of reach" there (its curve stops; ``--json`` gives the busbw
+it cannot exceed). The ranges are the ones timing every cell in full gives.
 
 Consecutive sizes with the same winner form one range; a range's file is lowered once more with its
 ``minBytes``/``maxBytes`` and proved before anything is written. Range edges fall on the simulated
@@ -38,7 +42,7 @@ from typing import Callable
 
 from colls import bound as bounds
 from colls import pipeline
-from colls.collectives import Collective
+from colls.collectives import Collective, busbw_factor
 from colls.errors import CollsError
 from colls.files import check_output, write_atomic
 from colls.runtimes import calibration, get_target
@@ -62,7 +66,7 @@ class Method:
     variants: list = field(default_factory=list)     # Compiled, Simple, one per copy count
     refused: str | None = None
     fastest: Fastest | None = None
-    timings: list = field(default_factory=list)      # Timing or None per size
+    timings: list = field(default_factory=list)      # Timing or None per size (not served: out of reach)
 
 
 @dataclass
@@ -92,6 +96,7 @@ class Plan:
     ranges: list
     notes: list = field(default_factory=list)
     margins: list = field(default_factory=list)   # per size: how much faster a file must be to take it
+    ngpus: int = 0
 
     def best_timing(self, i: int) -> Timing | None:
         """The timing the chosen configuration gives at size index ``i`` (None: NCCL's own, not modelled)."""
@@ -136,20 +141,22 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
         except CollsError as e:
             notes.append(f"no algorithm of the runtime could be modelled ({e}): every size goes to the fastest "
                          "file")
+        table = _time_all(timers, sizes, bound, jobs)
+        nccl = [default.pick([table[k][i] for k in range(len(algorithms))]) if algorithms else None
+                for i in range(len(sizes))]
+        # a file takes a size only below the runtime's time less the margin: no method is simulated beyond that
+        beat = [None if t is None else t.time_us * (1 - mg) for t, mg in zip(nccl, margins)]
+        fastest = []
         for m in found:
             if m.variants:
                 m.fastest = Fastest(topology, kind, [({"instances": c.facts["instances"], "index": i}, c.program,
                                                       None) for i, c in enumerate(m.variants)], target=target)
-                timers.append(m.fastest)
-        table = _time_all(timers, sizes, bound, jobs)
-        nccl = [default.pick([table[k][i] for k in range(len(algorithms))]) if algorithms else None
-                for i in range(len(sizes))]
-        rest = iter(table[len(algorithms):])
-        for m in found:
-            if m.fastest is not None:
-                m.timings = next(rest)
+                fastest.append(m)
+        rest = iter(_time_all([m.fastest for m in fastest], sizes, bound, jobs, beat))
+        for m in fastest:
+            m.timings = next(rest)
         plans.append(Plan(kind, coll.root if rooted else None, sizes, found, nccl, bound,
-                          _ranges(found, nccl, sizes, target, margins), notes, margins))
+                          _ranges(found, nccl, sizes, target, margins), notes, margins, topology.ngpus))
     if target == "old":
         _keep_old_files(plans)
     return plans
@@ -208,12 +215,13 @@ def _copies(first, m: Method) -> None:
 _TIMERS: tuple = ()        # (timers, sizes, bound) for the worker processes (inherited when they fork)
 
 
-def _time_all(timers, sizes, bound, jobs: int) -> list[list]:
-    """``timers[k].time(size, bound)`` for every timer and size: a table [k][i]. With ``jobs`` > 1 the cells
-    run in that many forked processes (the simulation is deterministic: the table is the same)."""
+def _time_all(timers, sizes, bound, jobs: int, beat=None) -> list[list]:
+    """``timers[k].time(size, bound)`` for every timer and size: a table [k][i]; with ``beat``, a time per size
+    that only a faster result matters below (:meth:`Fastest.time`). With ``jobs`` > 1 the cells run in that
+    many forked processes (the simulation is deterministic: the table is the same)."""
     global _TIMERS
     cells = [(k, i) for i in reversed(range(len(sizes))) for k in range(len(timers))]   # large sizes first
-    _TIMERS = (timers, sizes, bound)
+    _TIMERS = (timers, sizes, bound, beat)
     try:
         if jobs > 1 and len(cells) > 1 and "fork" in multiprocessing.get_all_start_methods():
             with multiprocessing.get_context("fork").Pool(min(jobs, len(cells))) as pool:
@@ -229,9 +237,11 @@ def _time_all(timers, sizes, bound, jobs: int) -> list[list]:
 
 
 def _time_cell(cell):
-    timers, sizes, bound = _TIMERS
+    timers, sizes, bound, beat = _TIMERS
     k, i = cell
-    return timers[k].time(sizes[i], bound)
+    if beat is None:
+        return timers[k].time(sizes[i], bound)
+    return timers[k].time(sizes[i], bound, beat[i])
 
 
 def default_jobs() -> int:
@@ -248,7 +258,7 @@ def _ranges(methods, nccl, sizes, target, margins) -> list[Range]:
         best = None
         for m in methods:
             t = m.timings[i] if m.timings else None
-            if t is not None and (best is None or t.time_us < best[1].time_us * (1 - 1e-9)):
+            if t is not None and t.served and (best is None or t.time_us < best[1].time_us * (1 - 1e-9)):
                 best = (m, t)
         if best is None or (nccl[i] is not None and best[1].time_us > nccl[i].time_us * (1 - margins[i])):
             winners.append(None)
@@ -447,6 +457,11 @@ def readme(plans, topology, target: str) -> str:
         refused = [m for m in p.methods if m.refused]
         if refused:
             out += ["", "Methods that made no file: " + "; ".join(f"{m.name}: {m.refused}" for m in refused)]
+        beyond = [f"{m.name} at {', '.join(size_text(t.size_bytes) for t in m.timings if _at_most(p, t) is not None)}"
+                  for m in p.methods if any(_at_most(p, t) is not None for t in m.timings)]
+        if beyond:
+            out += ["", "Out of reach (a proven lower bound on the method's time is above NCCL's modelled time less "
+                    "the margin; not simulated further, so its curve stops there): " + "; ".join(beyond) + "."]
         out += ["", f"![{_label(p)}]({_label(p)}.png)", ""]
     return "\n".join(out) + "\n"
 
@@ -498,6 +513,13 @@ def check_out(directory: str) -> None:
     check_output(os.path.join(os.path.dirname(os.path.abspath(directory)), ".colls-check"), "-o")
 
 
+def _at_most(p: Plan, t: Timing | None) -> float | None:
+    """The busbw a method cannot exceed at a size it was not simulated at (its lower bound was too slow)."""
+    if t is None or "lower_bound_us" not in t.extra:
+        return None
+    return t.size_bytes / t.extra["lower_bound_us"] / 1000.0 * busbw_factor(p.kind, p.ngpus)
+
+
 def to_json(plans, directory: str, written: list, target: str) -> dict:
     out = {"output": directory, "files": written, "target": target, "collectives": []}
     for p in plans:
@@ -517,5 +539,6 @@ def to_json(plans, directory: str, written: list, target: str) -> dict:
             "collective": p.kind, "root": p.root, "ranges": ranges,
             "refused": {m.name: m.refused for m in p.methods if m.refused},
             "methods": {m.name: [None if t is None else t.busbw_gbps for t in m.timings] for m in p.methods},
+            "methods_busbw_at_most_gbps": {m.name: [_at_most(p, t) for t in m.timings] for m in p.methods},
             "sizes": p.sizes, "nccl_busbw_gbps": [t and t.busbw_gbps for t in p.nccl], "notes": p.notes})
     return out

@@ -301,3 +301,24 @@ def test_ranges_without_a_modelled_nccl_go_to_the_fastest_file():
     ranges = comp._ranges([ring, trees], [None, None, None], [1024, 2048, 4096], "exe", [0.1, 0.1, 0.1])
     assert [(r.first, r.last, r.winner[0]) for r in ranges] == [(0, 0, "ring"), (1, 1, "trees"), (2, 2, "ring")]
     assert [(r.min_bytes, r.max_bytes) for r in ranges] == [(0, 1024), (1025, 2048), (2049, 0)]
+
+
+def test_methods_out_of_reach_of_the_runtime_are_not_simulated_and_change_nothing(small):
+    """compile times each method only against the runtime's time less the margin: the ranges are those the
+    full timings give, and a cell left out is one whose proven lower bound is above that time."""
+    from colls.inputs import hardware
+    topology = hardware.load_topology(small, nodes=2)
+    sizes = [1 << 10, 1 << 16, 1 << 22, 1 << 26]
+    plans = comp.plan(topology, ["allreduce", "allgather"], sizes=sizes, methods=("ring", "direct", "trees"))
+    pruned = 0
+    for p in plans:
+        full = [comp.Method(m.name, timings=[m.fastest.time(s) for s in sizes]) for m in p.methods if m.fastest]
+        assert comp._ranges(full, p.nccl, sizes, "exe", p.margins) == p.ranges
+        for m, f in zip([m for m in p.methods if m.fastest], full):
+            for t, whole, n, mg in zip(m.timings, f.timings, p.nccl, p.margins):
+                if t is not None and not t.served:
+                    pruned += 1
+                    assert n.time_us * (1 - mg) < t.extra["lower_bound_us"] <= whole.time_us
+                elif t is not None:
+                    assert t.time_us == whole.time_us
+    assert pruned

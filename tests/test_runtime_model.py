@@ -239,3 +239,23 @@ def test_the_lower_bound_is_never_above_the_simulated_time():
                                      model=model, native=True)
                 assert lower_bound(loads, model, size, program.nchunksperloop, machine.message_bytes(proto, size)) \
                     <= timing.time_us * (1 + 1e-9)
+
+
+def test_a_time_to_beat_prunes_only_what_cannot_beat_it(monkeypatch):
+    """Fastest.time with ``beat``: the same answer when the best is below it; otherwise "out of reach" with a
+    lower bound that is proven (no faster than the true best) and above ``beat``; and nothing is simulated
+    when every configuration's bound is above it."""
+    from colls.simulate import baseline
+    from colls.simulate.baseline import Baseline
+    t = topo("dgx-a100")
+    fastest = Baseline(t, "allreduce", "ring").fastest
+    for size in (1 << 12, 1 << 24):
+        best = fastest.time(size)
+        assert fastest.time(size, beat=best.time_us * 1.01).time_us == best.time_us
+        out = fastest.time(size, beat=best.time_us * 0.99)
+        assert not out.served and best.time_us * 0.99 < out.extra["lower_bound_us"] <= best.time_us
+        calls = []
+        monkeypatch.setattr(baseline, "simulate", lambda *a, **k: calls.append(a) or None)
+        out = fastest.time(size, beat=1.0)
+        monkeypatch.undo()
+        assert calls == [] and not out.served and out.extra["lower_bound_us"] > 1.0

@@ -22,7 +22,7 @@ import numpy as np
 
 from colls.collectives import Collective
 from colls.errors import CollsError
-from colls.simulate import Timing, simulate
+from colls.simulate import Timing, served, simulate
 from colls.simulate.engine import Machine, pass_bytes
 from colls.simulate.symmetry import per_list
 from colls.runtimes.costs import DEFAULT_LAUNCH, model_for
@@ -66,19 +66,27 @@ class Fastest:
             machine.quotient()                  # once, before colls compile forks its workers
             self.entries.append((dict(extra), program, machine, _loads(machine)))
 
-    def time(self, size: int, bound=None) -> Timing | None:
+    def time(self, size: int, bound=None, beat: float | None = None) -> Timing | None:
         """The fastest configuration at ``size`` (``extra`` says which, with ``protocol``), or None when
-        no program serves the size."""
+        no program serves the size.
+
+        ``beat``: a time (microseconds) the result only matters below. A configuration whose lower bound is
+        above it is not simulated; when no configuration reaches it, the result is :func:`out_of_reach`
+        (not served, with the proven lower bound of the fastest in ``extra``) instead of a time."""
         candidates = []
         for index, (extra, program, machine, loads) in enumerate(self.entries):
+            if not self.native and served(program, self.kind, size, target=self.target):
+                continue                # the runtime would not run this program for the size (at any protocol)
             for order, proto in enumerate(self.protocols):
                 model = model_for(proto, self.topology.gpu_model(), launch=self.launch)
                 lb = lower_bound(loads, model, size, program.nchunksperloop or 1, machine.message_bytes(proto, size))
                 candidates.append((lb, index, order, proto, model))
         candidates.sort(key=lambda c: c[:3])
         best = None
+        lowest = None                   # the lower bound of the first configuration not simulated
         for lb, index, _, proto, model in candidates:
-            if best is not None and lb >= best[0].time_us * (1 - TOLERANCE):
+            if (best is not None and lb >= best[0].time_us * (1 - TOLERANCE)) or (beat is not None and lb > beat):
+                lowest = lb
                 break
             extra, program, machine, _ = self.entries[index]
             prog = program if proto == program.proto else replace(program, proto=proto)
@@ -88,10 +96,21 @@ class Fastest:
                 continue
             if best is None or timing.time_us < best[0].time_us * (1 - 1e-6):
                 best = (timing, dict(extra, protocol=proto))
+        if beat is not None and (best is None or best[0].time_us > beat):
+            reached = [x for x in (lowest, best and best[0].time_us) if x is not None]
+            if reached:
+                return out_of_reach(size, min(reached))
         if best is None:
             return None
         timing, timing.extra = best
         return timing
+
+
+def out_of_reach(size: int, lower_us: float) -> Timing:
+    """A call size at which a program provably takes at least ``lower_us`` microseconds, more than it had to
+    beat: not simulated further (``served`` is false, ``extra["lower_bound_us"]`` holds the bound)."""
+    return Timing(size, False, f"slower than it had to be: at least {lower_us:.4g} us", extra={
+        "lower_bound_us": lower_us})
 
 
 class Baseline:
