@@ -38,6 +38,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable
 
 from colls import bound as bounds
@@ -46,7 +47,7 @@ from colls.collectives import Collective, busbw_factor
 from colls.errors import CollsError
 from colls.files import check_output, write_atomic
 from colls.runtimes import calibration, get_target
-from colls.simulate import Timing, parse_sizes, size_text
+from colls.simulate import Timing, parse_sizes, served, size_text
 from colls.simulate.baseline import Fastest, RuntimeDefault
 
 METHODS = ("ring", "direct", "trees", "milp")
@@ -117,7 +118,8 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
     None: the model's measured error in the size's band (:func:`colls.runtimes.calibration.margin`)."""
     sizes = sorted(set(sizes or parse_sizes(DEFAULT_SIZES)))
     margins = [margin if margin is not None else calibration.margin(s)[0] for s in sizes]
-    plans = []
+    milp = dict(milp_options or {}, **({"sketch": sketch} if sketch is not None else {}))
+    plans, defaults = [], []
     for kind in kinds:
         rooted = kind in ("broadcast", "reduce")
         coll = Collective(kind, topology.ngpus, root=(root or 0) if rooted else 0)
@@ -125,55 +127,105 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
             bound = bounds.bound(topology, kind, root=coll.root)
         except CollsError:
             bound = None
-        found = []
-        for name in methods:
-            progress(f"{kind}: synthesizing with {name}")
-            options = dict(milp_options or {}, **({"sketch": sketch} if sketch is not None else {})) \
-                if name == "milp" else {}
-            found.append(_variants(topology, coll, name, target, options))
-        progress(f"{kind}: simulating {len(sizes)} sizes from {size_text(sizes[0])} to {size_text(sizes[-1])} "
-                 f"({jobs} process{'es' if jobs > 1 else ''})")
-        notes, algorithms, timers = [], [], []
+        p = Plan(kind, coll.root if rooted else None, sizes, [Method(name) for name in methods], [None] * len(sizes),
+                 bound, [], [], margins, topology.ngpus)
         try:
             default = RuntimeDefault(topology, kind, root=coll.root, target=target)
-            notes += default.notes
-            algorithms, timers = list(default.algorithms), list(default.timers)
+            p.notes += default.notes
         except CollsError as e:
-            notes.append(f"no algorithm of the runtime could be modelled ({e}): every size goes to the fastest "
-                         "file")
-        table = _time_all(timers, sizes, bound, jobs)
-        nccl = [default.pick([table[k][i] for k in range(len(algorithms))]) if algorithms else None
-                for i in range(len(sizes))]
-        # a file takes a size only below the runtime's time less the margin: no method is simulated beyond that
-        beat = [None if t is None else t.time_us * (1 - mg) for t, mg in zip(nccl, margins)]
-        fastest = []
-        for m in found:
+            default = None
+            p.notes.append(f"no algorithm of the runtime could be modelled ({e}): every size goes to the fastest "
+                           "file")
+        plans.append((p, coll))
+        defaults.append(default)
+    # 1. every method's schedules, and the runtime's own algorithms at every size (independent of each other)
+    tasks = [(f"{p.kind}: synthesizing with {name}",
+              partial(_variants, topology, coll, name, target, milp if name == "milp" else {}, sizes))
+             for p, coll in plans for name in methods]
+    cells = [(pi, k, i) for i in reversed(range(len(sizes))) for pi, d in enumerate(defaults)   # large sizes first
+             for k in range(len(d.timers) if d else 0)]
+    tasks += [(None, partial(defaults[pi].timers[k].time, sizes[i], plans[pi][0].bound)) for pi, k, i in cells]
+    progress(f"synthesizing with {', '.join(methods)} for {', '.join(kinds)}, and timing the runtime's own "
+             f"algorithms at {len(sizes)} sizes from {size_text(sizes[0])} to {size_text(sizes[-1])} "
+             f"({_processes(jobs)})")
+    done = iter(_in_processes(tasks, jobs, progress))
+    for p, _ in plans:
+        p.methods = [next(done) for _ in methods]
+    table: dict = {}
+    for cell in cells:
+        table[cell] = next(done)
+    for pi, ((p, _), d) in enumerate(zip(plans, defaults)):
+        if d is not None:
+            p.nccl = [d.pick([table[(pi, k, i)] for k in range(len(d.timers))]) for i in range(len(sizes))]
+    # 2. each method's files at each size, only as far as they could beat the runtime's time less the margin
+    cells = []
+    for p, _ in plans:
+        beat = [None if t is None else t.time_us * (1 - mg) for t, mg in zip(p.nccl, margins)]
+        for m in p.methods:
             if m.variants:
-                m.fastest = Fastest(topology, kind, [({"instances": c.facts["instances"], "index": i}, c.program,
-                                                      None) for i, c in enumerate(m.variants)], target=target)
-                fastest.append(m)
-        rest = iter(_time_all([m.fastest for m in fastest], sizes, bound, jobs, beat))
-        for m in fastest:
-            m.timings = next(rest)
-        plans.append(Plan(kind, coll.root if rooted else None, sizes, found, nccl, bound,
-                          _ranges(found, nccl, sizes, target, margins), notes, margins, topology.ngpus))
+                m.fastest = Fastest(topology, p.kind, [({"instances": c.facts["instances"], "index": i}, c.program,
+                                                        None) for i, c in enumerate(m.variants)], target=target)
+                m.timings = [None] * len(sizes)
+                cells += [(m, i, beat[i], p.bound) for i in range(len(sizes))]
+    cells.sort(key=lambda c: -c[1])                     # large sizes first
+    progress(f"simulating the methods' files at {len(sizes)} sizes ({_processes(jobs)})")
+    for (m, i, _, _), timing in zip(cells, _in_processes(
+            [(None, partial(m.fastest.time, sizes[i], bound, beat)) for m, i, beat, bound in cells], jobs, progress)):
+        m.timings[i] = timing
+    out = []
+    for p, _ in plans:
+        p.ranges = _ranges(p.methods, p.nccl, sizes, target, margins)
+        out.append(p)
     if target == "old":
-        _keep_old_files(plans)
-    return plans
+        _keep_old_files(out)
+    return out
 
 
-def _variants(topology, coll, name, target, options) -> Method:
+def _processes(jobs: int) -> str:
+    return f"{jobs} process{'es' if jobs > 1 else ''}"
+
+
+_TASKS: list = []          # the tasks of :func:`_in_processes`, for its worker processes (inherited when they fork)
+
+
+def _in_processes(tasks: list, jobs: int, progress) -> list:
+    """Each task's function called, results in order; ``tasks``: (progress line or None, function of no
+    arguments). With ``jobs`` > 1 they run in that many forked processes (every task is deterministic: the
+    results are the same), the slowest-looking first as given."""
+    global _TASKS
+    if jobs > 1 and len(tasks) > 1 and "fork" in multiprocessing.get_all_start_methods():
+        _TASKS = tasks
+        try:
+            with multiprocessing.get_context("fork").Pool(min(jobs, len(tasks))) as pool:
+                return pool.map(_run_task, range(len(tasks)), chunksize=1)
+        finally:
+            _TASKS = []
+    out = []
+    for line, fn in tasks:
+        if line:
+            progress(line)
+        out.append(fn())
+    return out
+
+
+def _run_task(i: int):
+    return _TASKS[i][1]()
+
+
+def _variants(topology, coll, name, target, options, sizes=None) -> Method:
     """The method's schedule at 1, 2, 4 and 8 copies, as far as the target loads them. When its chunks per
     loop are not a power of two (6 rings, 3 trees per GPU...), no power-of-two call divides them and the
     runtime would never run it for nccl-tests' sizes: the nearest powers of two of rings or trees per GPU are
-    tried as well."""
+    tried as well. A schedule the runtime would run for none of ``sizes`` is left out with its copies (they
+    have more chunks per loop still)."""
     m = Method(name)
     first = _first(topology, coll, name, target, options, m)
     if first is None:
         return m
-    _copies(first, m)
-    count_key = {"ring": ("rings", "rings"), "trees": ("trees_per_gpu", "k")}.get(name)
     ncpl = first.program.nchunksperloop
+    if sizes is None or any(served(first.program, coll.kind, s) is None for s in sizes):
+        _copies(first, m)
+    count_key = {"ring": ("rings", "rings"), "trees": ("trees_per_gpu", "k")}.get(name)
     if count_key and ncpl & (ncpl - 1) and not options.get(count_key[0]):
         count = first.schedule.info.get(count_key[1]) or 1
         low = 1 << (count.bit_length() - 1)
@@ -181,6 +233,9 @@ def _variants(topology, coll, name, target, options) -> Method:
             other = _first(topology, coll, name, target, dict(options, **{count_key[0]: tried}), None)
             if other is not None and not other.program.nchunksperloop & (other.program.nchunksperloop - 1):
                 _copies(other, m)
+    if not m.variants:
+        m.refused = (f"the runtime would run its file for none of the sizes: {ncpl} chunks per loop divide the "
+                     "element count of none of them")
     return m
 
 
@@ -207,41 +262,9 @@ def _copies(first, m: Method) -> None:
         if last.program.nchannels * copies // last.facts["instances"] > last.target.max_channels:
             break               # the copies would share channels: rarely faster, and slow to lay out
         try:
-            m.variants.append(pipeline.relower(first, instances=copies))
+            m.variants.append(pipeline.relower(first, instances=copies, only_simulated=True))
         except CollsError:
             break
-
-
-_TIMERS: tuple = ()        # (timers, sizes, bound) for the worker processes (inherited when they fork)
-
-
-def _time_all(timers, sizes, bound, jobs: int, beat=None) -> list[list]:
-    """``timers[k].time(size, bound)`` for every timer and size: a table [k][i]; with ``beat``, a time per size
-    that only a faster result matters below (:meth:`Fastest.time`). With ``jobs`` > 1 the cells run in that
-    many forked processes (the simulation is deterministic: the table is the same)."""
-    global _TIMERS
-    cells = [(k, i) for i in reversed(range(len(sizes))) for k in range(len(timers))]   # large sizes first
-    _TIMERS = (timers, sizes, bound, beat)
-    try:
-        if jobs > 1 and len(cells) > 1 and "fork" in multiprocessing.get_all_start_methods():
-            with multiprocessing.get_context("fork").Pool(min(jobs, len(cells))) as pool:
-                values = pool.map(_time_cell, cells, chunksize=1)
-        else:
-            values = [_time_cell(c) for c in cells]
-    finally:
-        _TIMERS = ()
-    table = [[None] * len(sizes) for _ in timers]
-    for (k, i), value in zip(cells, values):
-        table[k][i] = value
-    return table
-
-
-def _time_cell(cell):
-    timers, sizes, bound, beat = _TIMERS
-    k, i = cell
-    if beat is None:
-        return timers[k].time(sizes[i], bound)
-    return timers[k].time(sizes[i], bound, beat[i])
 
 
 def default_jobs() -> int:

@@ -343,10 +343,16 @@ def _compile_once(topology: Topology, collective: Collective, method: str, tgt: 
 
 
 def relower(compiled: Compiled, *, instances: int | None = None, proto: str | None = None,
-            min_bytes: int | None = None, max_bytes: int | None = None, mode: str | None = None) -> Compiled:
+            min_bytes: int | None = None, max_bytes: int | None = None, mode: str | None = None,
+            only_simulated: bool = False) -> Compiled:
     """The same synthesized schedule lowered again with other settings (copies, protocol, size range,
     aliasing), emitted and proved like the first time; raises CollsError (LimitError) when the target
-    cannot load the result."""
+    cannot load the result.
+
+    ``only_simulated``: for a program that is simulated and never written as it is (colls compile's copies:
+    the file it writes is lowered again and proved): kept in memory (no text), checked for the target's rules
+    and limits and for deadlocks but not proved to compute the collective, and without the summary's link
+    model and bound."""
     f = compiled.facts
     instances = f["instances"] if instances is None else instances
     proto = f["proto"] if proto is None else proto
@@ -360,7 +366,8 @@ def relower(compiled: Compiled, *, instances: int | None = None, proto: str | No
         max_bytes = OLD_NO_LIMIT
     with msccl.paused_gc():
         result = _lower(compiled.topology, compiled.base, compiled.method, tgt, instances=instances, proto=proto,
-                        min_bytes=min_bytes, max_bytes=max_bytes, mode=mode, progress=_Progress(None))
+                        min_bytes=min_bytes, max_bytes=max_bytes, mode=mode, progress=_Progress(None),
+                        in_memory=only_simulated, prove=not only_simulated)
     for key in ("trees_per_gpu_tried", "limited_by", "rings_tried"):
         if key in f:
             result.facts[key] = f[key]
@@ -368,7 +375,8 @@ def relower(compiled: Compiled, *, instances: int | None = None, proto: str | No
 
 
 def _lower(topology: Topology, base: Schedule, method: str, tgt: Target, *, instances: int, proto: str,
-           min_bytes: int, max_bytes: int, mode: str, progress: _Progress, in_memory: bool = False) -> Compiled:
+           min_bytes: int, max_bytes: int, mode: str, progress: _Progress, in_memory: bool = False,
+           prove: bool = True) -> Compiled:
     collective = base.collective
     schedule = base.replicate(instances)
     progress("lowering to the MSCCL IR")
@@ -381,7 +389,7 @@ def _lower(topology: Topology, base: Schedule, method: str, tgt: Target, *, inst
     if in_memory:
         text = None
         progress("verifying the program")
-        report = verify.verify(program, tgt, sms=topology.min_sms(), source="<generated>")
+        report = verify.verify(program, tgt, sms=topology.min_sms(), source="<generated>", prove=prove)
     else:
         text = msccl.emit(program)
         progress(f"verifying the file ({len(text) // 1024} KiB)")

@@ -52,7 +52,7 @@ _SEM_BLOCKERS = _SIM_BLOCKERS | {"step-buffer", "step-offset", "step-bounds"}
 
 
 def verify(program: Program, target: Target | str, *, sms: int | None = None, buffsize: int | None = None,
-           findings: list[Finding] | tuple = (), source: str = "<program>") -> Report:
+           findings: list[Finding] | tuple = (), source: str = "<program>", prove: bool = True) -> Report:
     """Check ``program`` against every rule and limit of ``target`` and prove (or refute) it correct.
 
     Parameters
@@ -63,6 +63,8 @@ def verify(program: Program, target: Target | str, *, sms: int | None = None, bu
     buffsize: the connection buffer in bytes of the file's protocol, where a site sets it (NCCL_BUFFSIZE for
         Simple, NCCL_LL_BUFFSIZE, NCCL_LL128_BUFFSIZE); it moves the call sizes at which a hang starts.
     findings: findings already made (the parser's format findings); they lead the report.
+    prove: False stops after the structure, the limits, the communication and deadlock freedom (for programs
+        that are only simulated, never written: ``facts["semantics_checked"]`` stays false).
 
     Returns
     -------
@@ -72,7 +74,7 @@ def verify(program: Program, target: Target | str, *, sms: int | None = None, bu
         target = get_target(target)
     cx = Context(program, target, sms, buffsize)
     with paused_gc():
-        _run(cx)
+        _run(cx, prove)
     everything = [_with_effect(f) for f in findings] + cx.findings
     everything.sort(key=lambda f: f.severity != ERROR)   # stable: keeps discovery order inside a group
     return Report(source, target.name, everything, cx.facts, cx.unproven)
@@ -92,7 +94,7 @@ def _with_effect(f: Finding) -> Finding:
     return f
 
 
-def _run(cx: Context) -> None:
+def _run(cx: Context, prove: bool = True) -> None:
     p = cx.p
     algo.check(cx)
     structure.check(cx)
@@ -115,6 +117,8 @@ def _run(cx: Context) -> None:
         return
     if not execution.check(cx):
         _skip(cx, "race and correctness checks were not run: the program deadlocks")
+        return
+    if not prove:
         return
     if cx.kind not in KINDS:
         cx.add("correctness-unchecked", f"coll={p.coll!r}: the model covers {', '.join(KINDS)}; only the "
