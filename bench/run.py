@@ -116,7 +116,7 @@ def _compile_case(topo, what: str, kind: str, out: dict) -> dict:
     jobs = 1 if what == "compile:1" else comp.default_jobs()
     t0 = time.perf_counter()
     plans = comp.plan(topo, list(comp.ALL) if kind == "all" else [kind], jobs=jobs)
-    comp.lower_files(plans, "exe")
+    comp.lower_files(plans, "exe", jobs)
     out["seconds"] = round(time.perf_counter() - t0, 3)
     out["jobs"] = jobs
     out["ranges"] = [f"{r.min_bytes}-{r.max_bytes or 'max'}: {r.winner and '/'.join(map(str, r.winner)) or 'nccl'}"

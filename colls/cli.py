@@ -409,7 +409,7 @@ def compile_cmd(hardware, nodes, collective, output, target, root, methods, size
                       milp_options=milp_options, jobs=jobs or comp.default_jobs(), progress=say,
                       margin=None if margin is None else margin / 100)
     say("proving the chosen files")
-    comp.lower_files(plans, target)
+    comp.lower_files(plans, target, jobs or comp.default_jobs())
     written = comp.write(plans, output, topo, target)
     if as_json:
         _echo_json(comp.to_json(plans, output, written, target))

@@ -318,8 +318,9 @@ def _keep_old_files(plans) -> None:
         r.winner = None
 
 
-def lower_files(plans, target: str) -> None:
-    """Lower and prove each range's file (with its byte range and protocol); name it."""
+def lower_files(plans, target: str, jobs: int = 1) -> None:
+    """Lower and prove each range's file (with its byte range and protocol), in ``jobs`` processes; name it."""
+    chosen, tasks = [], []
     for p in plans:
         count = 0
         for r in p.ranges:
@@ -327,11 +328,14 @@ def lower_files(plans, target: str) -> None:
                 continue
             name, index, proto = r.winner
             base = next(m for m in p.methods if m.name == name).variants[index]
-            copies = base.facts["instances"]
-            r.compiled = pipeline.relower(base, proto=proto, min_bytes=r.min_bytes, max_bytes=r.max_bytes)
             count += 1
             root = f"-root{p.root}" if p.root is not None else ""
-            r.file = f"{p.kind}{root}-{count:02d}-{name}-{proto}-x{copies}.xml"
+            r.file = f"{p.kind}{root}-{count:02d}-{name}-{proto}-x{base.facts['instances']}.xml"
+            chosen.append(r)
+            tasks.append((None, partial(pipeline.relower, base, proto=proto, min_bytes=r.min_bytes,
+                                        max_bytes=r.max_bytes)))
+    for r, compiled in zip(chosen, _in_processes(tasks, jobs, lambda line: None)):
+        r.compiled = compiled
 
 
 def write(plans, directory: str, topology, target: str) -> list[str]:

@@ -10,12 +10,16 @@ best), so a file that beats it beats what NCCL does by itself in this model.
 A configuration is skipped without simulating it only when it provably cannot win by more than 0.1 %
 (:data:`TOLERANCE`): its time is at least the launch cost plus the larger of its busiest link's wire bytes
 over that link's bandwidth and its busiest threadblock's work, one message after another, each with the
-model's fixed cost per message, the bytes at the threadblock's copy rate (:func:`lower_bound`; the engine
-never does it faster).
+model's fixed cost per message, the bytes at the threadblock's copy rate (:func:`lower_bound`), and at least
+the longest chain of steps of its first pass that wait on each other (:class:`Chain`: order, flags,
+messages' latencies, FIFO slots), followed by a threadblock's work in the later passes. The engine never does
+either faster (``tests/test_runtime_model.py`` checks both on every method's files and the runtime's own
+algorithms); the chain is exact where a call is one latency-bound chain, as small calls are.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -24,6 +28,7 @@ from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.simulate import Timing, served, simulate
 from colls.simulate.engine import Machine, pass_bytes
+from colls.verify.execution import max_allowed_count
 from colls.simulate.symmetry import per_list
 from colls.runtimes.costs import DEFAULT_LAUNCH, model_for
 from colls.runtimes import get_target
@@ -65,6 +70,7 @@ class Fastest:
             machine = machine or Machine(program, topology, kind)
             machine.quotient()                  # once, before colls compile forks its workers
             self.entries.append((dict(extra), program, machine, _loads(machine)))
+        self.chains: dict = {}                  # entry index -> Chain, made when first needed
 
     def time(self, size: int, bound=None, beat: float | None = None) -> Timing | None:
         """The fastest configuration at ``size`` (``extra`` says which, with ``protocol``), or None when
@@ -77,16 +83,20 @@ class Fastest:
         for index, (extra, program, machine, loads) in enumerate(self.entries):
             if not self.native and served(program, self.kind, size, target=self.target):
                 continue                # the runtime would not run this program for the size (at any protocol)
+            if index not in self.chains:
+                self.chains[index] = Chain(machine)
             for order, proto in enumerate(self.protocols):
                 model = model_for(proto, self.topology.gpu_model(), launch=self.launch)
-                lb = lower_bound(loads, model, size, program.nchunksperloop or 1, machine.message_bytes(proto, size))
+                ncpl, eff = program.nchunksperloop or 1, machine.message_bytes(proto, size)
+                lb = max(lower_bound(loads, model, size, ncpl, eff),
+                         self.chains[index].bound(model, size, ncpl, eff, machine.fifo(proto)))
                 candidates.append((lb, index, order, proto, model))
         candidates.sort(key=lambda c: c[:3])
         best = None
         lowest = None                   # the lower bound of the first configuration not simulated
         for lb, index, _, proto, model in candidates:
             if (best is not None and lb >= best[0].time_us * (1 - TOLERANCE)) or (beat is not None and lb > beat):
-                lowest = lb
+                lowest = lb             # and every configuration after it (their bounds are no lower)
                 break
             extra, program, machine, _ = self.entries[index]
             prog = program if proto == program.proto else replace(program, proto=proto)
@@ -203,6 +213,143 @@ def lower_bound(loads, model, size: float, ncpl: int, eff: int) -> float:
     tb_us = float((steps * passes * model.step_us + (sent * chunk / model.data_fraction + local * chunk) / rate)
                   .max()) if len(cap) else 0.0
     return model.launch_us + max(link_us * chunk / model.data_fraction, tb_us)
+
+
+class Chain:
+    """A machine's first pass as a graph of steps, for :meth:`bound`: a step starts after its threadblock's
+    previous step, after the step it waits on has published, and after the first message of each step it
+    receives from has arrived; it ends no sooner than its own work after its start, nor than the last message
+    of each of those arrives plus one message's work. Where every step on a connection is one message (the
+    call is small enough), a send also starts only after the receiver has finished the step ``fifo`` messages
+    earlier, which frees its slot (:mod:`colls.simulate.engine`: the order, the flags and the FIFOs of the
+    kernel). Everything else (sharing links, more messages per step) only delays a step more.
+
+    Built on the machine's quotient where it has one (alike threadblocks act at the same instants)."""
+
+    def __init__(self, machine):
+        m = machine.quotient() or machine
+        self.tb_cap = np.array(m.tb_cap, dtype=float)
+        base, order_of = [], {}
+        nodes = []                                      # (tb, snd, rcv, nop, cnt)
+        for ti, steps in enumerate(m.steps):
+            base.append(len(nodes))
+            nodes += [(ti, s[0], s[1], s[2], s[3]) for s in steps]
+        preds = [[] for _ in nodes]                     # (pred node, kind, conn): 0 order or flag, 1 message
+        for ti, steps in enumerate(m.steps):
+            sends = [p for p, s in enumerate(steps) if s[0]]
+            order_of[ti] = sends
+        for ti, steps in enumerate(m.steps):
+            recv_k = 0
+            for p, s in enumerate(steps):
+                n = base[ti] + p
+                if p:
+                    preds[n].append((n - 1, 0, -1))
+                dt, deps = s[4], s[5]
+                if dt >= 0:
+                    flag = next((q for q, t in enumerate(m.steps[dt]) if t[6] and t[7] >= deps), None)
+                    if flag is not None:
+                        preds[n].append((base[dt] + flag, 0, -1))
+                if s[1]:
+                    for c in m.in_conns[ti]:
+                        sends = order_of[m.conn_sender[c]]
+                        if recv_k < len(sends):
+                            preds[n].append((base[m.conn_sender[c]] + sends[recv_k], 1, c))
+                    recv_k += 1
+        self.order = _topological(preds)
+        self.nodes, self.preds = nodes, preds
+        self.fifo_orders: dict = {}                     # slots -> (order, FIFO predecessors per node)
+        self.send_nodes = {ti: [base[ti] + p for p in order_of[ti]] for ti in order_of}
+        self.recv_nodes = {ti: [base[ti] + p for p, s in enumerate(steps) if s[1]] for ti, steps in enumerate(m.steps)}
+        self.conn_ends = [(m.conn_sender[c], m.conn_receiver[c]) for c in range(len(m.conn_key))]
+        self.conn_cnt = [max([max(nodes[n][4], 1) for n in self.send_nodes.get(snd, ())] + [1])
+                         for snd, _ in self.conn_ends]
+        self.last = [base[ti] + len(steps) - 1 for ti, steps in enumerate(m.steps) if steps]
+        self.last_tb = [ti for ti, steps in enumerate(m.steps) if steps]
+        self.latency = list(m.conn_latency)
+        self.net = list(m.conn_net)
+
+    def bound(self, model, size: float, ncpl: int, eff: int, slots: int) -> float:
+        """No call of ``size`` is faster (microseconds): the launch plus the longest chain of the first pass,
+        each step at least its messages' fixed costs and its bytes at the threadblock's copy rate, and after a
+        threadblock's first pass, its work in the passes after it, one step after another."""
+        if self.order is None:
+            return 0.0
+        passes = pass_bytes(size / ncpl, eff)
+        b = passes[0]
+        mac = max_allowed_count(max(int(math.ceil(size)), 1), ncpl, eff)
+        order, fifo_preds = self._with_fifo(slots, mac)
+        wire = 1.0 / model.data_fraction
+        rate = np.full(len(self.tb_cap), model.tb_gbps * 1000.0) if model.tb_gbps else self.tb_cap * model.tb_factor
+        rate = rate.tolist()
+        step = model.step_us
+        lat = [x + (model.net_step_us if net else 0.0) for x, net in zip(self.latency, self.net)]
+        start, end, first = [0.0] * len(self.nodes), [0.0] * len(self.nodes), [0.0] * len(self.nodes)
+        nodes, preds = self.nodes, self.preds
+        tb_msgs, tb_bytes = [0] * len(rate), [0.0] * len(rate)     # per pass: messages, bytes per pass byte
+        for n in order:
+            ti, snd, rcv, nop, cnt = nodes[n]
+            if nop:
+                work = one = 0.0
+            else:
+                per = b * (wire if snd else 1.0) / rate[ti]
+                msgs = max(1, -(-cnt // mac)) if cnt > 0 else 1
+                work, one = msgs * step + per * cnt, step + (per if cnt > 0 else 0.0)
+                tb_msgs[ti] += msgs
+                tb_bytes[ti] += (wire if snd else 1.0) * cnt / rate[ti]
+            s0, e0 = 0.0, 0.0
+            for q in fifo_preds.get(n, ()):
+                s0 = max(s0, end[q])
+            for q, kind, c in preds[n]:
+                if kind == 0:
+                    s0 = max(s0, end[q])
+                else:
+                    s0 = max(s0, start[q] + first[q] + lat[c])
+                    e0 = max(e0, end[q] + lat[c] + one)
+            start[n], first[n] = s0, one
+            end[n] = max(s0 + work, e0)
+        later = sum(passes[1:])
+        tails = [end[n] + (len(passes) - 1) * tb_msgs[ti] * step + later * tb_bytes[ti]
+                 for n, ti in zip(self.last, self.last_tb)]
+        return model.launch_us + max(max(end, default=0.0), max(tails, default=0.0))
+
+
+    def _with_fifo(self, slots: int, mac: int) -> tuple:
+        """The order of the steps and the FIFO predecessors of the sends (node -> receiving steps) on the
+        connections whose steps are one message each at ``mac`` chunks per message; without them when they
+        would make a cycle (the first pass would hang: the simulation says so)."""
+        key = (slots, tuple(c for c, cnt in enumerate(self.conn_cnt) if cnt <= mac))
+        if key not in self.fifo_orders:
+            fifo: dict = {}
+            for c in key[1]:
+                snd, rcv = self.conn_ends[c]
+                recvs = self.recv_nodes.get(rcv, [])
+                for k, x in enumerate(self.send_nodes.get(snd, [])):
+                    if slots <= k < len(recvs) + slots:
+                        fifo.setdefault(x, []).append(recvs[k - slots])
+            preds = [p + [(q, 0, -1) for q in fifo.get(n, ())] for n, p in enumerate(self.preds)]
+            order = _topological(preds) if fifo else None
+            self.fifo_orders[key] = (order, fifo) if order is not None else (self.order, {})
+        return self.fifo_orders[key]
+
+
+def _topological(preds: list) -> list | None:
+    """The nodes in an order where each comes after its predecessors; None when there is a cycle (the
+    program deadlocks in its first pass: the simulation says so)."""
+    succ = [[] for _ in preds]
+    left = [len(p) for p in preds]
+    for n, ps in enumerate(preds):
+        for q, _, _ in ps:
+            succ[q].append(n)
+    ready = [n for n, k in enumerate(left) if k == 0]
+    order = []
+    while ready:
+        n = ready.pop()
+        order.append(n)
+        for x in succ[n]:
+            left[x] -= 1
+            if not left[x]:
+                ready.append(x)
+    return order if len(order) == len(preds) else None
 
 
 class RuntimeDefault:
