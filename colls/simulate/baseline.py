@@ -19,6 +19,7 @@ algorithms); the chain is exact where a call is one latency-bound chain, as smal
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import replace
 
@@ -83,22 +84,28 @@ class Fastest:
         for index, (extra, program, machine, loads) in enumerate(self.entries):
             if not self.native and served(program, self.kind, size, target=self.target):
                 continue                # the runtime would not run this program for the size (at any protocol)
-            if index not in self.chains:
-                self.chains[index] = Chain(machine)
             for order, proto in enumerate(self.protocols):
                 model = model_for(proto, self.topology.gpu_model(), launch=self.launch)
-                ncpl, eff = program.nchunksperloop or 1, machine.message_bytes(proto, size)
-                lb = max(lower_bound(loads, model, size, ncpl, eff),
-                         self.chains[index].bound(model, size, ncpl, eff, machine.fifo(proto)))
-                candidates.append((lb, index, order, proto, model))
-        candidates.sort(key=lambda c: c[:3])
+                lb = lower_bound(loads, model, size, program.nchunksperloop or 1, machine.message_bytes(proto, size))
+                candidates.append((lb, index, order, False, proto, model))
+        # best first by bound; a configuration's chain bound is computed when it first comes to the front (then
+        # it goes back in with the larger bound), so configurations the loads bound rules out never need one
+        heapq.heapify(candidates)
         best = None
         lowest = None                   # the lower bound of the first configuration not simulated
-        for lb, index, _, proto, model in candidates:
+        while candidates:
+            lb, index, order, chained, proto, model = heapq.heappop(candidates)
             if (best is not None and lb >= best[0].time_us * (1 - TOLERANCE)) or (beat is not None and lb > beat):
                 lowest = lb             # and every configuration after it (their bounds are no lower)
                 break
             extra, program, machine, _ = self.entries[index]
+            if not chained:
+                if index not in self.chains:
+                    self.chains[index] = Chain(machine)
+                chain = self.chains[index].bound(model, size, program.nchunksperloop or 1,
+                                                 machine.message_bytes(proto, size), machine.fifo(proto))
+                heapq.heappush(candidates, (max(lb, chain), index, order, True, proto, model))
+                continue
             prog = program if proto == program.proto else replace(program, proto=proto)
             timing, _ = simulate(prog, self.topology, self.kind, size, bound=bound, machine=machine, model=model,
                                  native=self.native, target=self.target)
@@ -257,7 +264,7 @@ class Chain:
                     recv_k += 1
         self.order = _topological(preds)
         self.nodes, self.preds = nodes, preds
-        self.fifo_orders: dict = {}                     # slots -> (order, FIFO predecessors per node)
+        self.fifo_orders: dict = {}                     # slots -> (order, FIFO predecessors of the sends)
         self.send_nodes = {ti: [base[ti] + p for p in order_of[ti]] for ti in order_of}
         self.recv_nodes = {ti: [base[ti] + p for p, s in enumerate(steps) if s[1]] for ti, steps in enumerate(m.steps)}
         self.conn_ends = [(m.conn_sender[c], m.conn_receiver[c]) for c in range(len(m.conn_key))]
@@ -277,7 +284,8 @@ class Chain:
         passes = pass_bytes(size / ncpl, eff)
         b = passes[0]
         mac = max_allowed_count(max(int(math.ceil(size)), 1), ncpl, eff)
-        order, fifo_preds = self._with_fifo(slots, mac)
+        order, fifo_preds = self._with_fifo(slots)
+        single = [cnt <= mac for cnt in self.conn_cnt]      # connections whose steps are one message each
         wire = 1.0 / model.data_fraction
         rate = np.full(len(self.tb_cap), model.tb_gbps * 1000.0) if model.tb_gbps else self.tb_cap * model.tb_factor
         rate = rate.tolist()
@@ -297,8 +305,9 @@ class Chain:
                 tb_msgs[ti] += msgs
                 tb_bytes[ti] += (wire if snd else 1.0) * cnt / rate[ti]
             s0, e0 = 0.0, 0.0
-            for q in fifo_preds.get(n, ()):
-                s0 = max(s0, end[q])
+            for q, c in fifo_preds.get(n, ()):
+                if single[c]:
+                    s0 = max(s0, end[q])
             for q, kind, c in preds[n]:
                 if kind == 0:
                     s0 = max(s0, end[q])
@@ -313,23 +322,21 @@ class Chain:
         return model.launch_us + max(max(end, default=0.0), max(tails, default=0.0))
 
 
-    def _with_fifo(self, slots: int, mac: int) -> tuple:
-        """The order of the steps and the FIFO predecessors of the sends (node -> receiving steps) on the
-        connections whose steps are one message each at ``mac`` chunks per message; without them when they
-        would make a cycle (the first pass would hang: the simulation says so)."""
-        key = (slots, tuple(c for c, cnt in enumerate(self.conn_cnt) if cnt <= mac))
-        if key not in self.fifo_orders:
+    def _with_fifo(self, slots: int) -> tuple:
+        """The order of the steps and the FIFO predecessors of the sends (node -> [(receiving step,
+        connection)]) for ``slots`` slots per connection; without them when they would make a cycle (the
+        first pass would hang with one message per step: the simulation says so)."""
+        if slots not in self.fifo_orders:
             fifo: dict = {}
-            for c in key[1]:
-                snd, rcv = self.conn_ends[c]
+            for c, (snd, rcv) in enumerate(self.conn_ends):
                 recvs = self.recv_nodes.get(rcv, [])
                 for k, x in enumerate(self.send_nodes.get(snd, [])):
                     if slots <= k < len(recvs) + slots:
-                        fifo.setdefault(x, []).append(recvs[k - slots])
-            preds = [p + [(q, 0, -1) for q in fifo.get(n, ())] for n, p in enumerate(self.preds)]
+                        fifo.setdefault(x, []).append((recvs[k - slots], c))
+            preds = [p + [(q, 0, -1) for q, _ in fifo.get(n, ())] for n, p in enumerate(self.preds)]
             order = _topological(preds) if fifo else None
-            self.fifo_orders[key] = (order, fifo) if order is not None else (self.order, {})
-        return self.fifo_orders[key]
+            self.fifo_orders[slots] = (order, fifo) if order is not None else (self.order, {})
+        return self.fifo_orders[slots]
 
 
 def _topological(preds: list) -> list | None:
