@@ -119,7 +119,7 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
     sizes = sorted(set(sizes or parse_sizes(DEFAULT_SIZES)))
     margins = [margin if margin is not None else calibration.margin(s)[0] for s in sizes]
     milp = dict(milp_options or {}, **({"sketch": sketch} if sketch is not None else {}))
-    plans, defaults = [], []
+    plans, collectives, defaults = [], [], []
     for kind in kinds:
         rooted = kind in ("broadcast", "reduce")
         coll = Collective(kind, topology.ngpus, root=(root or 0) if rooted else 0)
@@ -136,30 +136,31 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
             default = None
             p.notes.append(f"no algorithm of the runtime could be modelled ({e}): every size goes to the fastest "
                            "file")
-        plans.append((p, coll))
+        plans.append(p)
+        collectives.append(coll)
         defaults.append(default)
     # 1. every method's schedules, and the runtime's own algorithms at every size (independent of each other)
     tasks = [(f"{p.kind}: synthesizing with {name}",
               partial(_variants, topology, coll, name, target, milp if name == "milp" else {}, sizes))
-             for p, coll in plans for name in methods]
+             for p, coll in zip(plans, collectives) for name in methods]
     cells = [(pi, k, i) for i in reversed(range(len(sizes))) for pi, d in enumerate(defaults)   # large sizes first
              for k in range(len(d.timers) if d else 0)]
-    tasks += [(None, partial(defaults[pi].timers[k].time, sizes[i], plans[pi][0].bound)) for pi, k, i in cells]
+    tasks += [(None, partial(defaults[pi].timers[k].time, sizes[i], plans[pi].bound)) for pi, k, i in cells]
     progress(f"synthesizing with {', '.join(methods)} for {', '.join(kinds)}, and timing the runtime's own "
              f"algorithms at {len(sizes)} sizes from {size_text(sizes[0])} to {size_text(sizes[-1])} "
              f"({_processes(jobs)})")
     done = iter(_in_processes(tasks, jobs, progress))
-    for p, _ in plans:
+    for p in plans:
         p.methods = [next(done) for _ in methods]
     table: dict = {}
     for cell in cells:
         table[cell] = next(done)
-    for pi, ((p, _), d) in enumerate(zip(plans, defaults)):
+    for pi, (p, d) in enumerate(zip(plans, defaults)):
         if d is not None:
             p.nccl = [d.pick([table[(pi, k, i)] for k in range(len(d.timers))]) for i in range(len(sizes))]
     # 2. each method's files at each size, only as far as they could beat the runtime's time less the margin
     cells = []
-    for p, _ in plans:
+    for p in plans:
         beat = [None if t is None else t.time_us * (1 - mg) for t, mg in zip(p.nccl, margins)]
         for m in p.methods:
             if m.variants:
@@ -172,13 +173,11 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
     for (m, i, _, _), timing in zip(cells, _in_processes(
             [(None, partial(m.fastest.time, sizes[i], bound, beat)) for m, i, beat, bound in cells], jobs, progress)):
         m.timings[i] = timing
-    out = []
-    for p, _ in plans:
+    for p in plans:
         p.ranges = _ranges(p.methods, p.nccl, sizes, target, margins)
-        out.append(p)
     if target == "old":
-        _keep_old_files(out)
-    return out
+        _keep_old_files(plans)
+    return plans
 
 
 def _processes(jobs: int) -> str:
@@ -484,8 +483,9 @@ def readme(plans, topology, target: str) -> str:
         refused = [m for m in p.methods if m.refused]
         if refused:
             out += ["", "Methods that made no file: " + "; ".join(f"{m.name}: {m.refused}" for m in refused)]
-        beyond = [f"{m.name} at {', '.join(size_text(t.size_bytes) for t in m.timings if _at_most(p, t) is not None)}"
-                  for m in p.methods if any(_at_most(p, t) is not None for t in m.timings)]
+        beyond = [(m.name, [size_text(t.size_bytes) for t in m.timings if _at_most(p, t) is not None])
+                  for m in p.methods]
+        beyond = [f"{name} at {', '.join(at)}" for name, at in beyond if at]
         if beyond:
             out += ["", "Out of reach (a proven lower bound on the method's time is above NCCL's modelled time less "
                     "the margin; not simulated further, so its curve stops there): " + "; ".join(beyond) + "."]

@@ -321,7 +321,6 @@ class Chain:
                  for n, ti in zip(self.last, self.last_tb)]
         return model.launch_us + max(max(end, default=0.0), max(tails, default=0.0))
 
-
     def _with_fifo(self, slots: int) -> tuple:
         """The order of the steps and the FIFO predecessors of the sends (node -> [(receiving step,
         connection)]) for ``slots`` slots per connection; without them when they would make a cycle (the
