@@ -359,7 +359,7 @@ NCCL_STEPS_BYTES = 8          # a buffer holds NCCL_STEPS slots of at least a by
 @click.option("--sketch", "sketch_path", default=None, metavar="FILE",
               help="milp: a communication sketch (default: derived from the machine).")
 @click.option("--time-limit", type=float, default=None, metavar="SECONDS",
-              help="milp: solver time per stage, CP-SAT deterministic seconds (default 10).")
+              help="milp: solver time per stage, CP-SAT deterministic seconds (default 2 here, 10 in synth).")
 @click.option("--jobs", type=Whole(1, 1024), default=None, metavar="N",
               help="Processes for the simulations (default: the processors available); the result is the same.")
 @click.option("--margin", type=click.FloatRange(0, 99), default=None, metavar="PCT",

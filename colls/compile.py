@@ -52,6 +52,11 @@ from colls.simulate.baseline import Fastest, RuntimeDefault
 
 METHODS = ("ring", "direct", "trees", "milp")
 COPIES = (1, 2, 4, 8)
+# milp's solver budget per stage in compile, CP-SAT deterministic seconds (synth's default is 10): measured on a
+# 2-core AMD EPYC, the 4 x DGX A100 alltoall reaches at 0.5 the schedule it has at 10 (34.06 us, 82 s of wall
+# time at 10), the 2 x MI250 alltoall 36.72 us at 2 (12 s) against 37.42 at 1; compile simulates the schedule
+# at every size and the model's error at small sizes is larger than what more search buys there
+MILP_TIME_LIMIT = 2.0
 DEFAULT_SIZES = "1KB:1GB:4"      # 1KB, 4KB, ..., 1GB: 11 sizes (the last range has no upper limit)
 ALL = ("allreduce", "allgather", "reducescatter", "alltoall")   # --collective all (+ rooted with --root)
 OLD_MAX_FILES = get_target("old").max_files  # MSCCL_XML_FILES holds at most 4 files in the older runtime
@@ -118,7 +123,8 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
     None: the model's measured error in the size's band (:func:`colls.runtimes.calibration.margin`)."""
     sizes = sorted(set(sizes or parse_sizes(DEFAULT_SIZES)))
     margins = [margin if margin is not None else calibration.margin(s)[0] for s in sizes]
-    milp = dict(milp_options or {}, **({"sketch": sketch} if sketch is not None else {}))
+    milp = dict({"time_limit": MILP_TIME_LIMIT}, **(milp_options or {}),
+                **({"sketch": sketch} if sketch is not None else {}))
     plans, collectives, defaults = [], [], []
     for kind in kinds:
         rooted = kind in ("broadcast", "reduce")
