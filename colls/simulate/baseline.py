@@ -19,6 +19,7 @@ algorithms); the chain is exact where a call is one latency-bound chain, as smal
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from dataclasses import replace
@@ -28,7 +29,7 @@ import numpy as np
 from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.simulate import Timing, served, simulate
-from colls.simulate.engine import Machine, pass_bytes
+from colls.simulate.engine import Machine, message_count, pass_bytes
 from colls.verify.execution import max_allowed_count
 from colls.simulate.symmetry import per_list
 from colls.runtimes.costs import DEFAULT_LAUNCH, model_for
@@ -242,9 +243,10 @@ class Chain:
             base.append(len(nodes))
             nodes += [(ti, s[0], s[1], s[2], s[3]) for s in steps]
         preds = [[] for _ in nodes]                     # (pred node, kind, conn): 0 order or flag, 1 message
+        flags = []                                      # per threadblock: its publishing steps' (number, index)
         for ti, steps in enumerate(m.steps):
-            sends = [p for p, s in enumerate(steps) if s[0]]
-            order_of[ti] = sends
+            order_of[ti] = [p for p, s in enumerate(steps) if s[0]]
+            flags.append(sorted((s[7], p) for p, s in enumerate(steps) if s[6]))
         for ti, steps in enumerate(m.steps):
             recv_k = 0
             for p, s in enumerate(steps):
@@ -252,10 +254,10 @@ class Chain:
                 if p:
                     preds[n].append((n - 1, 0, -1))
                 dt, deps = s[4], s[5]
-                if dt >= 0:
-                    flag = next((q for q, t in enumerate(m.steps[dt]) if t[6] and t[7] >= deps), None)
-                    if flag is not None:
-                        preds[n].append((base[dt] + flag, 0, -1))
+                if dt >= 0:     # the first step of dt that publishes a number >= deps (numbers grow with the steps)
+                    k = bisect.bisect_left(flags[dt], (deps, -1))
+                    if k < len(flags[dt]):
+                        preds[n].append((base[dt] + flags[dt][k][1], 0, -1))
                 if s[1]:
                     for c in m.in_conns[ti]:
                         sends = order_of[m.conn_sender[c]]
@@ -300,7 +302,7 @@ class Chain:
                 work = one = 0.0
             else:
                 per = b * (wire if snd else 1.0) / rate[ti]
-                msgs = max(1, -(-cnt // mac)) if cnt > 0 else 1
+                msgs = message_count(cnt, mac)
                 work, one = msgs * step + per * cnt, step + (per if cnt > 0 else 0.0)
                 tb_msgs[ti] += msgs
                 tb_bytes[ti] += (wire if snd else 1.0) * cnt / rate[ti]

@@ -96,6 +96,15 @@ def pass_bytes(chunk: float, eff: int) -> list[float]:
     return [float(eff)] * int(full) + ([rest] if rest > 1e-9 else [])
 
 
+def message_count(cnt: int, mac: int) -> int:
+    """The messages a step of ``cnt`` chunks is in each pass: one per chunk, or runs of up to ``mac`` chunks
+    joined when the runtime joins them (``mac`` > 1, :func:`colls.verify.execution.max_allowed_count`); a step
+    that moves nothing (a nop, ``cnt`` 0) still takes one turn."""
+    if cnt <= 0:
+        return 1
+    return cnt if mac <= 1 else -(-cnt // mac)
+
+
 def step_tuples(steps) -> list[tuple]:
     """A threadblock's steps as the engine runs them: (sends, receives, nop, chunks, waits-on tb id or -1, deps,
     publishes, kernel step number, kind). Nops without a dependency are kept but numbered as the loader
@@ -322,7 +331,8 @@ class _Run:
         heapq.heappush(self.heap, (t, self.seq, what, arg))
 
     def messages(self, cnt: int, p: int) -> list[float]:
-        """Data bytes of each message a step of ``cnt`` chunks sends in pass ``p``."""
+        """Data bytes of each message a step of ``cnt`` chunks sends in pass ``p`` (:func:`message_count` of
+        them)."""
         b = self.pass_bytes[p]
         if cnt <= 0:
             return [0.0]
