@@ -46,6 +46,9 @@ import numpy as np
 from colls.collectives import KINDS, busbw_factor, rank_ranges
 from colls.errors import CollsError
 from colls.flow import INT_LIMIT, FlowNet
+from colls.runtimes import get_target
+from colls.runtimes.costs import DATA_FRACTION, DEFAULT_LAUNCH, model_for, tb_rate
+from colls.sizes import size_text
 from colls.topology import GPU, NIC, Topology, Vertex, vertex_key
 
 # Scaled capacities (and every flow value) must stay below this; the max-flow solver works in int64
@@ -149,7 +152,7 @@ class Bound:
     def format(self, size_bytes=None) -> str:
         """A few readable lines: the bound, whether it is exact, the binding cut, the latency floor."""
         kind = "optimum" if self.exact else "upper bound"
-        lines = [f"{self.collective} on {self.ngpus} GPUs: algbw {kind} {float(self.algbw):.2f} GB/s "
+        lines = [f"{self.collective} on {self.ngpus} GPUs: link {kind}: algbw {float(self.algbw):.2f} GB/s "
                  f"(busbw {self.busbw:.2f} GB/s)",
                  f"  binding cut: {self.cut_words}",
                  f"  bound: {self.method}",
@@ -757,6 +760,132 @@ def bound(topo: Topology, kind: str, root: int = 0) -> Bound:
     if kind == "reduce":
         return reduce_bound(topo, root)
     raise CollsError(f"unknown collective {kind!r} (choose from {', '.join(KINDS)})", key="collective")
+
+
+# --------------------------------------------------------------------------------------------------------
+# The runtime optimum
+# --------------------------------------------------------------------------------------------------------
+# Bytes per byte of the call the busiest GPU sends at least, whatever the schedule (files copy, they do not
+# reduce in the network): allgather, on average over the GPUs, what each receives, (N - 1) / N; reduce-scatter
+# and alltoall, the N - 1 blocks of its input that belong to others, which must leave it; allreduce, a value for
+# every element of its input (each is needed elsewhere, whole or in a partial sum); broadcast, the root's whole
+# buffer; reduce, every other GPU's whole buffer.
+def _sent_share(kind: str, n: int) -> Fraction:
+    if kind in ("allreduce", "broadcast", "reduce"):
+        return Fraction(1) if n > 1 else Fraction(0)
+    return Fraction(n - 1, n)
+
+
+@dataclass(frozen=True)
+class RuntimeOptimum:
+    """The least time any file of one collective can take on one runtime, per call size: a lower bound in the
+    runtime's own cost model (:mod:`colls.runtimes.costs`, what ``colls simulate`` charges), where the link
+    optimum (:class:`Bound`) counts the links alone.
+
+    At each protocol a call costs at least the launch and one message's fixed cost (nothing moves before a
+    threadblock has paid it), then the largest of three floors, which all run after it:
+
+    - *latency*: the worst pair's shortest route (:func:`latency_bound_us`), plus the network step when the
+      machine has several nodes;
+    - *links*: the call's bytes at the link optimum of the machine as the runtime reaches it (each link's
+      bandwidth times its class's efficiency, :meth:`colls.topology.Topology.effective`), on the wire (LL moves
+      8 data bytes in 16);
+    - *threadblocks*: what the busiest GPU must send at least (:func:`_sent_share`), on the wire, at the copy
+      rate of every threadblock the GPU may run at once (the target's limit and the GPU's SMs).
+
+    The optimum is the least over the protocols. The runtime's own algorithms can pass it where they reduce in
+    the switch (NVLS); a file cannot."""
+
+    collective: str
+    ngpus: int
+    target: str
+    links: Bound                  # the link optimum on the links as the runtime reaches them
+    threadblocks: int             # per GPU at most
+    models: tuple                 # (protocol, Model, a threadblock's wire rate in GB/s)
+    latency_us: float             # the latency floor, the network step included
+    sent_share: Fraction
+
+    def terms(self, size_bytes, proto: str) -> dict:
+        """The floors of one protocol at one size (microseconds) and which of them binds."""
+        _, model, rate = next(m for m in self.models if m[0] == proto)
+        wire = float(size_bytes) / model.data_fraction
+        floors = {"latency": self.latency_us,
+                  "links": wire / (float(self.links.algbw) * 1000.0) if self.links.algbw else math.inf,
+                  "threadblocks": float(self.sent_share) * wire / (self.threadblocks * rate * 1000.0)}
+        binds = max(floors, key=floors.get)
+        return dict(floors, launch=model.launch_us, message=model.step_us, binds=binds,
+                    time_us=model.launch_us + model.step_us + floors[binds])
+
+    def best(self, size_bytes) -> tuple[str, dict]:
+        """The protocol with the least time at ``size_bytes``, and its :meth:`terms`."""
+        return min(((p, self.terms(size_bytes, p)) for p, _, _ in self.models), key=lambda x: x[1]["time_us"])
+
+    def time_us(self, size_bytes) -> float:
+        return self.best(size_bytes)[1]["time_us"]
+
+    def threadblocks_for_links(self) -> int:
+        """Threadblocks per GPU that must copy at once for the busiest GPU to send at the link optimum's rate
+        (Simple, the fastest copy)."""
+        rate = max(r for _, _, r in self.models)
+        need = float(self.sent_share * self.links.algbw) / rate
+        return max(1, math.ceil(need - 1e-9))
+
+    def row(self, size_bytes) -> dict:
+        proto, t = self.best(size_bytes)
+        algbw = float(size_bytes) / t["time_us"] / 1000.0
+        return {"size_bytes": size_bytes, "time_us": t["time_us"], "algbw_gbps": algbw,
+                "busbw_gbps": algbw * busbw_factor(self.collective, self.ngpus), "protocol": proto,
+                "binds": t["binds"]}
+
+    def to_dict(self, sizes) -> dict:
+        return {"target": self.target, "link_algbw_gbps": float(self.links.algbw),
+                "threadblocks_per_gpu": self.threadblocks, "latency_floor_us": self.latency_us,
+                "threadblocks_for_links": self.threadblocks_for_links(),
+                "sizes": [self.row(s) for s in sizes]}
+
+    def format(self, sizes) -> str:
+        rate = max(r for _, _, r in self.models)
+        lines = [f"runtime optimum on {self.target} (the least time any file can take; "
+                 f"links at {float(self.links.algbw):.2f} GB/s algbw as the runtime reaches them):"]
+        for s in sizes:
+            r = self.row(s)
+            lines.append(f"  {size_text(s)}: {r['time_us']:.4g} us, busbw {r['busbw_gbps']:.3g} GB/s "
+                         f"({r['protocol']}; {r['binds']} bind{'s' if r['binds'] != 'threadblocks' else ''})")
+        lines.append(f"  to send at the links' rate a GPU needs at least {self.threadblocks_for_links()} "
+                     f"threadblocks copying at once ({rate:.3g} GB/s each, {self.threadblocks} at most)")
+        return "\n".join(lines)
+
+
+def runtime_optimum(topo: Topology, kind: str, target: str = "exe", root: int = 0,
+                    launch: str | None = None) -> RuntimeOptimum:
+    """The :class:`RuntimeOptimum` of ``kind`` on ``topo`` for files the runtime of ``target`` runs."""
+    tgt = get_target(target)
+    links = bound(topo.effective(), kind, root=root)
+    gpu = topo.gpu_model()
+    models = []
+    for proto in DATA_FRACTION:
+        model = model_for(proto, gpu, launch=launch or DEFAULT_LAUNCH)
+        models.append((proto, model, model.tb_gbps or tb_rate(gpu) * model.tb_factor))
+    latency = links.latency_us
+    crossing = _crossing_latency_us(topo, kind, root)
+    if crossing is not None:        # data must cross the network: that route, and the network's step
+        latency = max(latency, crossing + models[0][1].net_step_us)
+    return RuntimeOptimum(kind, topo.ngpus, tgt.name, links, min(tgt.max_tbs, topo.min_sms()), tuple(models),
+                          latency, _sent_share(kind, topo.ngpus))
+
+
+def _crossing_latency_us(topo: Topology, kind: str, root: int = 0) -> float | None:
+    """The latency of the shortest route from one GPU (the root for broadcast, to the root for reduce, else
+    GPU 0) to the farthest GPU of another node, which its data must reach; None on one node."""
+    g = topo.graph
+    source = root if kind in ("broadcast", "reduce") else topo.gpus[0]
+    home = topo.node_of(source)
+    others = [r for r in topo.gpus if topo.node_of(r) != home]
+    if not others:
+        return None
+    graph = g.reverse(copy=False) if kind == "reduce" else g
+    dist = nx.single_source_dijkstra_path_length(graph, source, weight=_latency)
+    return max(dist[r] for r in others if r in dist) if any(r in dist for r in others) else None
 
 
 # --------------------------------------------------------------------------------------------------------

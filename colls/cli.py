@@ -496,16 +496,24 @@ def verify_cmd(path, target, hardware, nodes, sms, buffsize, as_json):
               help="Message size in bytes: also print the time.")
 @click.option("--root", type=Whole(0, MAX_NODES * MAX_COPIES), default=0, show_default=True)
 @click.option("--trees", is_flag=True, help="Also pack spanning trees with no step limit and compare.")
+@click.option("--target", type=Choice(sorted(TARGETS)), default="exe", show_default=True,
+              help="The runtime whose costs the runtime optimum counts.")
 @click.option("--json", "as_json", is_flag=True)
-def bound_cmd(hardware, nodes, collective, size, root, trees, as_json):
-    """The best possible algorithmic bandwidth on this machine, and the cut that limits it."""
+def bound_cmd(hardware, nodes, collective, size, root, trees, target, as_json):
+    """The best possible algorithmic bandwidth on this machine and the cut that limits it (the link
+    optimum), and the least time any file can take on the runtime at 1 KB, 1 MB and 1 GB or --size (the
+    runtime optimum: the links as the runtime reaches them, its launch and message costs, its threadblocks'
+    copy rate)."""
     from colls import bound
+    from colls.simulate import SUMMARY_SIZES
     topo = _load(hardware, nodes)
     if size is not None and size <= 0:
         raise CollsError(f"must be > 0, got {size}", key="--size")
     _check_root(root, topo)
     b = bound.bound(topo, collective, root=root)
-    data = dict(b.to_dict(size), without=list(topo.meta.get("without", [])))
+    runtime = bound.runtime_optimum(topo, collective, target, root=root)
+    sizes = [size] if size is not None else list(SUMMARY_SIZES)
+    data = dict(b.to_dict(size), without=list(topo.meta.get("without", [])), runtime_optimum=runtime.to_dict(sizes))
     if trees:
         from colls.synth import trees as trees_mod
         data["trees"] = trees_mod.unconstrained_report(topo, collective, root=root)
@@ -515,6 +523,7 @@ def bound_cmd(hardware, nodes, collective, size, root, trees, as_json):
         if data["without"]:
             click.echo(f"machine: {topo.name}")
         click.echo(b.format(size))
+        click.echo(runtime.format(sizes))
         if trees:
             click.echo(data["trees"]["text"])
 

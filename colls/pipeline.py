@@ -62,8 +62,11 @@ class Compiled:
                 f"{f['threadblocks']} threadblocks/gpu, {f['channels']} channels, "
                 f"{f['steps']} steps max/threadblock, {f['chunks_per_loop']} chunks per loop; "
                 f"{calls}; verified for {self.target.name}")
+        simulated = simulated_words(f)
+        if simulated:
+            line += f"; {simulated}"
         if f.get("model_algbw_gbps") is not None:
-            line += f"; model algbw {f['model_algbw_gbps']:.1f} GB/s"
+            line += f"; link model algbw {f['model_algbw_gbps']:.1f} GB/s"
             if f.get("bound_algbw_gbps") and f["model_algbw_gbps"] > f["bound_algbw_gbps"] * (1 + 1e-9):
                 # the allreduce bound is the best reduce-scatter-then-allgather (colls.bound): on an uneven
                 # machine a schedule that overlaps the two can pass it, so it is no optimum there
@@ -72,13 +75,10 @@ class Compiled:
             elif f.get("bound_algbw_gbps"):
                 kind = "optimum" if f.get("bound_exact", True) else "upper bound"
                 line += (f" ({100 * f['model_algbw_gbps'] / f['bound_algbw_gbps']:.1f}% of the "
-                         f"{f['bound_algbw_gbps']:.1f} GB/s {kind}")
+                         f"{f['bound_algbw_gbps']:.1f} GB/s link {kind}")
                 if f.get("bound_reachable_gbps"):
                     line += f"; {f['bound_reachable_gbps']:.1f} GB/s is reachable"
                 line += ")"
-        simulated = simulated_words(f)
-        if simulated:
-            line += f"; {simulated}"
         compared = milp_words(f)
         if compared:
             line += f"; {compared}"
@@ -98,15 +98,23 @@ class Compiled:
 
 
 def simulated_words(facts: dict) -> str | None:
-    """``"modelled busbw 1KB n/a, 1MB 12.3, 1GB 180.4 GB/s"`` (n/a: the runtime does not run the file for
-    that size, see ``colls simulate``)."""
+    """``"simulated busbw 1KB n/a, 1MB 12.3, 1GB 180 GB/s: n/a, 41%, 76% of the runtime optimum"`` (n/a: the
+    runtime does not run the file for that size, see ``colls simulate``; the shares: the least time any file
+    can take on the runtime over this file's, :func:`colls.bound.runtime_optimum`)."""
     sim = facts.get("simulated_busbw_gbps")
     if not sim:
         return None
     parts = [f"{size} {'n/a' if v is None else f'{v:.3g}'}" for size, v in sim.items()]
+    line = f"simulated busbw {', '.join(parts)} GB/s"
+    pct = facts.get("runtime_optimum_pct")
+    if pct:
+        line += f": {', '.join(_pct(pct[size]) if size in pct else 'n/a' for size in sim)} of the runtime optimum"
     reasons = list((facts.get("simulated_not_run") or {}).values())
-    note = f" (n/a: {reasons[0]})" if reasons else ""
-    return f"simulated busbw {', '.join(parts)} GB/s{note}"
+    return line + (f" (n/a: {reasons[0]})" if reasons else "")
+
+
+def _pct(value: float) -> str:
+    return f"{value:.2g}%" if value < 10 else f"{value:.0f}%"
 
 
 def milp_words(facts: dict) -> str | None:

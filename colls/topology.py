@@ -123,6 +123,20 @@ class Topology:
         return Topology(self.name + " (reversed)", self.graph.reverse(copy=True), self.nodes,
                         self.gpus_per_node, dict(self.meta))
 
+    def effective(self) -> "Topology":
+        """The machine as transfers a GPU starts see it: every link's bandwidth times its class's
+        ``efficiency`` (exact, see :func:`as_fraction`), which is what the runtime reaches and the simulator
+        charges. The machine itself when every efficiency is 1."""
+        if all(as_fraction(d.get("efficiency", 1)) == 1 for _, _, d in self.graph.edges(data=True)):
+            return self
+        g = self.graph.copy()
+        for _, _, d in g.edges(data=True):
+            eff = as_fraction(d.get("efficiency", 1))
+            if eff != 1:
+                d["bw"] = as_fraction(d["bw"]) * eff
+                d["efficiency"] = 1
+        return Topology(self.name, g, self.nodes, self.gpus_per_node, dict(self.meta))
+
     def validate(self, source: str = "topology") -> None:
         """Raise CollsError unless the graph follows the conventions above."""
         g = self.graph

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+from colls import bound as bounds
+from colls.errors import CollsError
 from colls.simulate import SUMMARY_SIZES, parse_sizes, prepare, simulate, size_text
 
 CURVE = "1KB:4GB:4"
@@ -21,6 +23,15 @@ def add_to(compiled, curve: bool = False) -> None:
     timings = {s: simulate(program, topo, kind, s, inplace=inplace, machine=machine, target=compiled.target.name)[0]
                for s in sizes}
     f["simulated_busbw_gbps"] = {size_text(s): timings[s].busbw_gbps for s in SUMMARY_SIZES}
+    try:
+        best = bounds.runtime_optimum(topo, kind, compiled.target.name, root=f.get("root") or 0)
+    except CollsError:                      # no bound on this machine: the figures stand alone
+        best = None
+    if best is not None:
+        # the share of the runtime optimum each served size reaches: the least time any file can take on the
+        # runtime over the time this file takes
+        f["runtime_optimum_pct"] = {size_text(s): 100.0 * best.time_us(s) / timings[s].time_us
+                                    for s in SUMMARY_SIZES if timings[s].served and timings[s].time_us > 0}
     f["simulated_not_run"] = {size_text(s): timings[s].reason for s in SUMMARY_SIZES if not timings[s].served}
     f["simulated_calls"] = "in-place" if inplace else "out-of-place"
     if curve:
@@ -31,10 +42,8 @@ def add_milp_comparison(compiled) -> None:
     """For a milp file: its model's objective, the solver's bound and the latency floor, and the simulated
     time at the size the model was solved for beside the ring and trees files for the same machine
     (``facts["milp_compare"]``); the summary line says which is fastest and, when it is not milp, why."""
-    from colls import bound as bounds
     from colls import pipeline
     from colls.collectives import Collective
-    from colls.errors import CollsError
     f = compiled.facts
     info = f.get("method_info") or {}
     kind, topo = f["collective"], compiled.topology
