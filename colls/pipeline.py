@@ -283,7 +283,7 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
     if tgt.name == "old" and max_bytes == 0:
         max_bytes = OLD_NO_LIMIT
     options = dict(options or {})
-    if method == "trees":
+    if method in ("trees", "direct"):
         options.setdefault("max_tbs", tgt.max_tbs)  # lanes are chosen to fit what the runtime loads
     if method == "ring" and "rings" not in options:  # ring counts are chosen among those that fit
         options.update(max_steps=tgt.max_steps, max_channels=tgt.max_channels)

@@ -10,7 +10,8 @@ allgather       every rank copies its ``c`` input chunks to its output slot, the
                 ``c`` chunks per pair)
 alltoall        rank ``r`` sends input block ``q`` to rank ``q``'s output block ``r``   2
                 (and copies its own block); blocks from lower ranks wait in scratch
-                and a local copy places them (so an in-place call is right too)
+                and local copies place them, side by side on lanes of their own (so
+                an in-place call is right too)
 broadcast       the root copies its input to its output, then sends it to every       2
                 other output
 reducescatter   rank ``q`` receives block ``q`` from ``q+1+s`` at step ``s``; the       N-1
@@ -37,7 +38,8 @@ METHOD = "direct"
 
 
 def synthesize(topology: Topology, collective: Collective, **options) -> Schedule:
-    """A direct schedule of ``collective`` on ``topology`` (options are accepted and ignored).
+    """A direct schedule of ``collective`` on ``topology``; ``options["max_tbs"]``: the threadblocks per GPU the
+    runtime loads, when below the SM count (the alltoall's copy lanes fit it); other options are ignored.
 
     Raises CollsError when the collective's rank count is not the topology's GPU count, or when a pair
     of ranks the collective needs has no route (naming the pair).
@@ -50,7 +52,11 @@ def synthesize(topology: Topology, collective: Collective, **options) -> Schedul
         collective = collective.with_chunks(n * -(-collective.chunks // n))
     routes = _Routes(topology, collective)
     if collective.kind == "alltoall":
-        ops, scratch = alltoall_ops(collective, routes)
+        # the copies out of scratch get the threadblocks the transfers leave (a send and a receive one per
+        # peer, the own block's copy; 90 % of what the GPU and the runtime run at once, as trees' lanes)
+        limit = min(topology.min_sms(), options.get("max_tbs") or topology.min_sms())
+        spare = (9 * limit) // 10 - 2 * (n - 1) - 1
+        ops, scratch = alltoall_ops(collective, routes, copy_lanes=max(1, min(n - 1, spare)))
     else:
         ops, scratch = _BUILDERS[collective.kind](collective, routes), 0
     schedule = Schedule(collective, ops, METHOD, scratch)
@@ -88,7 +94,7 @@ def _allgather(coll: Collective, route) -> list[Op]:
 
 
 def alltoall_ops(coll: Collective, route, step=lambda src, dst: 0,
-                 paths: dict | None = None) -> tuple[list[Op], int]:
+                 paths: dict | None = None, copy_lanes: int = 0) -> tuple[list[Op], int]:
     """Alltoall: rank ``r``'s input block ``q`` goes to rank ``q``'s output block ``r``, leaving at
     ``step(r, q)`` (the same step for both directions of a pair). Returns (ops, scratch).
 
@@ -100,8 +106,11 @@ def alltoall_ops(coll: Collective, route, step=lambda src, dst: 0,
     Safe in place: a pair that swaps blocks directly does so in one step, and ops of a step take effect
     in :meth:`Schedule.execution_order` (lower source rank first), so the receiver of the first op, the
     higher rank, would overwrite the block it has yet to send back. That block lands in the receiver's
-    scratch instead (``s[r c]``), as does every relayed block, and one local copy per run of such
-    blocks moves them to the output after the last transfer.
+    scratch instead (``s[r c]``), as does every relayed block, and local copies move them to the output
+    after the last transfer: one per run of such blocks; or, with ``copy_lanes`` > 0, one per block, dealt
+    round-robin onto lanes 1 to ``copy_lanes`` (each lane a threadblock of its own, so that the copies run
+    side by side, each as soon as its block has arrived: one threadblock copying up to N - 1 blocks one
+    after another at its copy rate takes far longer than the transfers).
     """
     n, c = coll.nranks, coll.chunks
     paths = paths or {(r, q): [r, q] for r in range(n) for q in range(n) if r != q}
@@ -125,6 +134,10 @@ def alltoall_ops(coll: Collective, route, step=lambda src, dst: 0,
             src = dst
             last = max(last, t0 + i)
     for q, sources in staged.items():
+        if copy_lanes > 0:
+            ops.extend(Op(last + 1, q, q, "s", r * c, "o", r * c, c, lane=1 + k % copy_lanes)
+                       for k, r in enumerate(sorted(sources)))
+            continue
         for run in _runs(sorted(sources)):
             ops.append(Op(last + 1, q, q, "s", run[0] * c, "o", run[0] * c, len(run) * c))
     staging = max((r + 1 for sources in staged.values() for r in sources), default=0)
