@@ -37,7 +37,7 @@ SHOWN = ("1KB", "64KB", "1MB", "16MB", "256MB", "4GB")   # table columns
 def run_one(profile: str, nodes: int, method: str, kind: str) -> dict:
     """One case in this process."""
     from colls import bound as bounds
-    from colls import pipeline
+    from colls import tune
     from colls.inputs import hardware
     from colls.collectives import Collective
     from colls.errors import CollsError
@@ -56,7 +56,7 @@ def run_one(profile: str, nodes: int, method: str, kind: str) -> dict:
             base = RuntimeDefault(topo, kind, target=target)
             timings = [base.time(s, b) for s in sizes]
         else:
-            compiled = pipeline.compile_schedule(topo, Collective(kind, topo.ngpus), method, target=target)
+            compiled = tune.compile_fastest(topo, Collective(kind, topo.ngpus), method, target=target)
             timings = sweep(compiled.program, topo, kind, sizes, bound=b, target=target)
     except CollsError as e:
         return {"outcome": "refused", "message": str(e), "seconds": round(time.perf_counter() - t0, 1)}

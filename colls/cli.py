@@ -318,7 +318,8 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
         if not quiet and sys.stderr.isatty():
             options["progress"] = lambda line: click.echo(f"colls: {line}", err=True)
     coll = Collective(collective, topo.ngpus, chunks=chunks, root=root)
-    result = pipeline.compile_schedule(topo, coll, method, target=target, instances=instances,
+    from colls import tune
+    result = tune.compile_fastest(topo, coll, method, target=target, instances=instances,
                                        proto=proto, min_bytes=min_bytes, max_bytes=max_bytes,
                                        mode=mode, options=options,
                                        progress=(lambda line: click.echo(f"colls: {line}", err=True))

@@ -42,7 +42,7 @@ from functools import partial
 from typing import Callable
 
 from colls import bound as bounds
-from colls import pipeline
+from colls import pipeline, tune
 from colls.collectives import Collective, busbw_factor
 from colls.errors import CollsError
 from colls.files import check_output, write_atomic
@@ -249,7 +249,7 @@ def _first(topology, coll, name, target, options, m: Method | None):
     it makes none."""
     for mode in ("both", "outofplace"):
         try:
-            return pipeline.compile_schedule(topology, coll, name, target=target, mode=mode, options=options)
+            return tune.compile_fastest(topology, coll, name, target=target, mode=mode, options=options)
         except CollsError as e:
             if m is not None:
                 m.refused = str(e)

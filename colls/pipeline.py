@@ -82,11 +82,14 @@ class Compiled:
         compared = milp_words(f)
         if compared:
             line += f"; {compared}"
+        for note in ("chunks_note", "count_note"):
+            if f.get(note):
+                line += f"; {f[note]}"
         if f.get("root") is not None:
             line += (f"; for root {f['root']} only: install it only where every {f['collective']} call uses root "
                      f"{f['root']} (the runtime does not check the root)")
         info = f.get("method_info", {})
-        if info.get("method") == "trees":
+        if info.get("method") == "trees" and not (f.get("chunks_note") or f.get("count_note")):  # they say why
             line += f"; {info['k']} trees per GPU"
             if "trees_per_gpu_tried" not in f:
                 line += " (as asked)"
@@ -274,8 +277,51 @@ def check_limits(topology: Topology, collective: Collective, method: str, tgt: T
                          f"try {hint}")
 
 
+# the option that sets a method's count of rings or trees, and where its schedule says the count it used
+_COUNTS = {"ring": ("rings", "rings", "rings"), "trees": ("trees_per_gpu", "k", "trees per GPU")}
+
+
 def _compile(topology, collective, method, target, instances, proto, min_bytes, max_bytes, mode,
              options, progress, in_memory=False) -> Compiled:
+    """The method's file; when the count of rings or trees it chose by itself leaves a number of chunks per
+    loop that divides no power-of-two call (6 rings: 48 chunks; 7 trees per GPU on 32 GCDs: 224), the runtime
+    would never run the file at nccl-tests' sizes or the bucket sizes frameworks use, so the powers of two
+    around the count are made too and the one the bandwidth model rates best of those the runtime runs is
+    taken (the summary says so)."""
+    args = (topology, collective, method, target, instances, proto, min_bytes, max_bytes, mode)
+    result = _compile_method(*args, options, progress, in_memory)
+    if method not in _COUNTS or collective.chunks & (collective.chunks - 1):
+        return result
+    option, info_key, words = _COUNTS[method]
+    count = result.schedule.info.get(info_key)
+    ncpl = result.program.nchunksperloop
+    if (options or {}).get(option) or not count or not ncpl & (ncpl - 1):
+        return result
+    low = 1 << (count.bit_length() - 1)
+    tried = []
+    for other in sorted({low, 2 * low} - {count}):
+        try:
+            alt = _compile_method(*args, dict(options or {}, **{option: other}), progress, in_memory)
+        except CollsError:
+            continue
+        n = alt.program.nchunksperloop
+        if not n & (n - 1):
+            tried.append(alt)
+    if not tried:
+        result.facts["chunks_note"] = (f"{ncpl} chunks per loop divide no power-of-two call: the runtime runs this "
+                                       "file only for calls whose element count they divide")
+        return result
+    best = max(tried, key=lambda c: (c.facts.get("model_algbw_gbps") or 0.0, -c.schedule.info.get(info_key, 0)))
+    best.facts["chunks_note"] = (f"{best.schedule.info.get(info_key)} {words}, not {count}: {count} would leave "
+                                 f"{ncpl} chunks per loop, which divide no power-of-two call")
+    if method == "trees":
+        best.facts["trees_per_gpu_tried"] = result.facts.get("trees_per_gpu_tried", [count]) + [
+            best.schedule.info.get(info_key)]
+    return best
+
+
+def _compile_method(topology, collective, method, target, instances, proto, min_bytes, max_bytes, mode,
+                    options, progress, in_memory=False) -> Compiled:
     tgt = get_target(target)
     _check_options(topology, collective, tgt, instances, proto, min_bytes, max_bytes, mode)
     synth.get_method(method)
@@ -376,7 +422,7 @@ def relower(compiled: Compiled, *, instances: int | None = None, proto: str | No
         result = _lower(compiled.topology, compiled.base, compiled.method, tgt, instances=instances, proto=proto,
                         min_bytes=min_bytes, max_bytes=max_bytes, mode=mode, progress=_Progress(None),
                         in_memory=only_simulated, prove=not only_simulated)
-    for key in ("trees_per_gpu_tried", "limited_by", "rings_tried"):
+    for key in ("trees_per_gpu_tried", "limited_by", "rings_tried", "chunks_note", "count_note", "trees_tuned"):
         if key in f:
             result.facts[key] = f[key]
     return result

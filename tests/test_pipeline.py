@@ -89,7 +89,9 @@ def cluster(request):
 @pytest.mark.parametrize("kind", ["allgather", "reducescatter", "allreduce"])
 def test_trees_written_file_reaches_97_percent_of_the_bound(cluster, kind):
     """97% of `colls bound` (of the reachable optimum where the bound says the cut bound is only an
-    upper bound: relays that take in less than they send, such as the DGX-2's shared NICs)."""
+    upper bound: relays that take in less than they send, such as the DGX-2's shared NICs); 90% where the
+    best count of trees left a chunk count that divides no power-of-two call and a power of two was taken
+    (one MI250: 3 trees per GPU reach the optimum in 48 chunks per loop, 2 reach 93% in 32)."""
     from colls import bound as bounds
     result = pipeline.compile_schedule(cluster, Collective(kind, cluster.ngpus), "trees")
     assert result.report.ok and result.program.inplace and result.program.outofplace
@@ -98,7 +100,10 @@ def test_trees_written_file_reaches_97_percent_of_the_bound(cluster, kind):
     b = bounds.bound(cluster, kind)
     reference = b.algbw if b.exact else b.achievable
     algbw = result.schedule.model_algbw(cluster)[0]
-    assert algbw >= 0.97 * reference, (float(algbw), float(reference))
+    ncpl = result.program.nchunksperloop
+    assert not ncpl & (ncpl - 1)            # the runtime runs it at power-of-two sizes
+    floor = 0.9 if "chunks_note" in result.facts else 0.97
+    assert algbw >= floor * reference, (float(algbw), float(reference))
     assert algbw <= b.algbw  # never above the optimum: the model and the bound agree
     if cluster.name.startswith("mi250"):
         _assert_fits_rccl(cluster, kind, algbw)

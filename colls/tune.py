@@ -1,0 +1,80 @@
+"""A method's file sized by the runtime, not by the links alone: the count a method would choose by its
+bandwidth model, against the smaller counts, each simulated on the runtime (:mod:`colls.simulate`); the
+fastest is the file.
+
+Why. The trees method picks the fewest trees per GPU that reach the best rate of its link model; more trees
+raise that rate by a few percent, but every tree moves its chunk as whole messages hop by hop, and trees
+that share a lane (the runtime's threadblocks are few: RCCL loads 64 per GPU) run one after another. On
+2 x MI250 (32 GCDs, RCCL) the link model's best, 8 trees per GPU (97.7 % of the link optimum), simulates at
+38.5 GB/s busbw at 1 GB, one tree per GPU (a few percent less in the link model) at 228. So the count is
+chosen where it shows: the simulated time.
+
+What is compared. Every power of two of trees per GPU up to the link model's choice (a power of two, see
+:func:`colls.pipeline.compile_schedule`), each made and proved as ``colls synth`` makes it, simulated at
+:data:`SIZES` (16 MB and 1 GB: sizes where the count matters and every such file is run by the runtime;
+Simple, out-of-place); the least geometric mean of the times wins, the link model's choice on a tie. A count
+the target cannot load is skipped. ``trees_per_gpu`` given: that count, as asked.
+
+This module sits above :mod:`colls.pipeline` and :mod:`colls.simulate` (both below it, neither imports it):
+``colls synth``, ``colls compile`` and the benchmarks call :func:`compile_fastest` for a method's default file.
+"""
+
+from __future__ import annotations
+
+import math
+
+from colls import pipeline
+from colls.errors import CollsError
+from colls.simulate import prepare, simulate
+from colls.sizes import size_text
+
+SIZES = (16 << 20, 1 << 30)
+
+
+def compile_fastest(topology, collective, method: str, *, options: dict | None = None, **settings):
+    """:func:`colls.pipeline.compile_schedule`, with the count of trees per GPU chosen by simulated time
+    (module docstring) when the method is trees and no count was given."""
+    options = dict(options or {})
+    first = pipeline.compile_schedule(topology, collective, method, options=options, **settings)
+    if method != "trees" or options.get("trees_per_gpu") or collective.kind in ("broadcast", "reduce"):
+        return first
+    k = first.schedule.info.get("k") or 1
+    counts = [1 << i for i in range(k.bit_length()) if 1 << i < k]
+    if not counts:
+        return first
+    made = {k: first}
+    for count in counts:
+        try:
+            made[count] = pipeline.compile_schedule(topology, collective, method,
+                                                    options=dict(options, trees_per_gpu=count), **settings)
+        except CollsError:
+            continue            # more than the target loads, or no packing: not a candidate
+    scores = {c: _score(r, topology) for c, r in made.items()}
+    timed = {c: s for c, s in scores.items() if s is not None}
+    if k not in timed or len(timed) < 2:
+        return first
+    best = min(timed, key=lambda c: (timed[c], c != k, c))
+    result = made[best]
+    result.facts["trees_tuned"] = {"sizes": [size_text(s) for s in SIZES], "link_model_k": k,
+                                   "geomean_us": {str(c): round(t, 3) for c, t in sorted(timed.items())}}
+    if best != k:
+        others = ", ".join(str(c) for c in sorted(timed))
+        result.facts["count_note"] = (f"{best} trees per GPU: the fastest simulated of {others} at "
+                                      f"{' and '.join(size_text(s) for s in SIZES)} ({k}, the link model's "
+                                      "best, is slower on the runtime)")
+        result.facts["trees_per_gpu_tried"] = [k, best]
+    return result
+
+
+def _score(result, topology) -> float | None:
+    """The geometric mean of the simulated times at :data:`SIZES` (microseconds), or None when the runtime
+    would not run the file at one of them."""
+    kind = result.facts["collective"]
+    machine = prepare(result.program, topology, kind)
+    logs = []
+    for size in SIZES:
+        t, _ = simulate(result.program, topology, kind, size, machine=machine, target=result.target.name)
+        if not t.served:
+            return None
+        logs.append(math.log(t.time_us))
+    return math.exp(sum(logs) / len(logs))
