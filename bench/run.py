@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from colls import bound, pipeline  # noqa: E402
+from colls import bound, tune  # noqa: E402
 from colls.inputs import hardware  # noqa: E402
 from colls.collectives import Collective  # noqa: E402
 from colls.errors import CollsError  # noqa: E402
@@ -97,7 +97,7 @@ def run_case(profile: str, nodes: int, what: str, kind: str) -> dict:
         return _baseline_case(topo, what, kind, out)
     if ":" in what:
         return _simulate_case(topo, what, kind, out)
-    result = pipeline.compile_schedule(topo, Collective(kind, topo.ngpus), what)
+    result = tune.compile_fastest(topo, Collective(kind, topo.ngpus), what)     # what colls synth writes
     out["seconds"] = round(time.perf_counter() - t0, 3)
     out.update({k: result.facts.get(k) for k in ("model_algbw_gbps", "bound_algbw_gbps",
                                                   "fraction_of_bound", "threadblocks", "channels",
@@ -150,7 +150,7 @@ def _simulate_case(topo, what: str, kind: str, out: dict) -> dict:
         program, machine = ring_machine(topo, kind, ring_orders(topo, kind, [1])[1])
         timings = [simulate(program, topo, kind, s, machine=machine, native=True)[0] for s in sizes]
     else:
-        program = pipeline.compile_schedule(topo, Collective(kind, topo.ngpus), method).program
+        program = tune.compile_fastest(topo, Collective(kind, topo.ngpus), method).program
         t0 = time.perf_counter()
         machine = prepare(program, topo, kind)
         timings = [simulate(program, topo, kind, s, machine=machine)[0] for s in sizes]

@@ -148,7 +148,8 @@ def milp_words(facts: dict) -> str | None:
 def compile_schedule(topology: Topology, collective: Collective, method: str, *, target: str = "exe",
                      instances: int = 1, proto: str = "Simple", min_bytes: int = 0, max_bytes: int = 0,
                      mode: str = "both", options: dict | None = None,
-                     progress: Callable[[str], None] | None = None, in_memory: bool = False) -> Compiled:
+                     progress: Callable[[str], None] | None = None, in_memory: bool = False,
+                     prove: bool = True) -> Compiled:
     """Synthesize, lower, emit and prove one schedule. Raises CollsError when any stage refuses.
 
     For ``trees`` without ``trees_per_gpu``, the optimal number of trees per GPU is tried first and,
@@ -162,11 +163,13 @@ def compile_schedule(topology: Topology, collective: Collective, method: str, *,
     ``in_memory``: for programs that are only simulated, never written (NCCL's own algorithms in
     :mod:`colls.simulate.defaults`): the Program is proven by :func:`colls.verify.verify` as built,
     without the XML round trip (``text`` is None), the schedule's own check is left to that proof, and
-    the facts that need the collective's bound are skipped. A file is never written from such a result.
+    the facts that need the collective's bound are skipped. ``prove`` false (with ``in_memory``): the program
+    is checked for the target's rules, limits and deadlocks but not proved (one that is only simulated, to
+    choose among candidates; the chosen one is made again and proved). A file is never written from such a result.
     """
     with msccl.paused_gc():  # millions of acyclic objects: a third of a 128-rank ring's time
         return _compile(topology, collective, method, target, instances, proto, min_bytes, max_bytes,
-                        mode, options, _Progress(progress), in_memory)
+                        mode, options, _Progress(progress), in_memory, prove)
 
 
 class _Progress:
@@ -282,14 +285,14 @@ _COUNTS = {"ring": ("rings", "rings", "rings"), "trees": ("trees_per_gpu", "k", 
 
 
 def _compile(topology, collective, method, target, instances, proto, min_bytes, max_bytes, mode,
-             options, progress, in_memory=False) -> Compiled:
+             options, progress, in_memory=False, prove=True) -> Compiled:
     """The method's file; when the count of rings or trees it chose by itself leaves a number of chunks per
     loop that divides no power-of-two call (6 rings: 48 chunks; 7 trees per GPU on 32 GCDs: 224), the runtime
     would never run the file at nccl-tests' sizes or the bucket sizes frameworks use, so the powers of two
     around the count are made too and the one the bandwidth model rates best of those the runtime runs is
     taken (the summary says so)."""
     args = (topology, collective, method, target, instances, proto, min_bytes, max_bytes, mode)
-    result = _compile_method(*args, options, progress, in_memory)
+    result = _compile_method(*args, options, progress, in_memory, prove)
     if method not in _COUNTS or collective.chunks & (collective.chunks - 1):
         return result
     option, info_key, words = _COUNTS[method]
@@ -301,7 +304,7 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
     tried = []
     for other in sorted({low, 2 * low} - {count}):
         try:
-            alt = _compile_method(*args, dict(options or {}, **{option: other}), progress, in_memory)
+            alt = _compile_method(*args, dict(options or {}, **{option: other}), progress, in_memory, prove)
         except CollsError:
             continue
         n = alt.program.nchunksperloop
@@ -321,7 +324,7 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
 
 
 def _compile_method(topology, collective, method, target, instances, proto, min_bytes, max_bytes, mode,
-                    options, progress, in_memory=False) -> Compiled:
+                    options, progress, in_memory=False, prove=True) -> Compiled:
     tgt = get_target(target)
     _check_options(topology, collective, tgt, instances, proto, min_bytes, max_bytes, mode)
     synth.get_method(method)
@@ -336,7 +339,7 @@ def _compile_method(topology, collective, method, target, instances, proto, min_
     elif method == "ring":      # a given count: the target's steps only say where the lowering starts
         options.setdefault("max_steps", tgt.max_steps)
     settings = dict(instances=instances, proto=proto, min_bytes=min_bytes, max_bytes=max_bytes,
-                    mode=mode, progress=progress, in_memory=in_memory)
+                    mode=mode, progress=progress, in_memory=in_memory, prove=prove)
     if method == "ring" and "rings" not in options and collective.kind != "alltoall":
         return _compile_ring(topology, collective, tgt, options, settings)
     if method != "trees" or "trees_per_gpu" in options:
@@ -384,7 +387,8 @@ def _compile_ring(topology, collective, tgt, options, settings) -> Compiled:
 
 def _compile_once(topology: Topology, collective: Collective, method: str, tgt: Target, options: dict,
                   *, instances: int, proto: str, min_bytes: int, max_bytes: int, mode: str,
-                  progress: _Progress, seen: dict | None = None, in_memory: bool = False) -> Compiled:
+                  progress: _Progress, seen: dict | None = None, in_memory: bool = False,
+                  prove: bool = True) -> Compiled:
     progress(f"synthesizing {method} {collective.kind} for {collective.nranks} ranks")
     schedule = synth.get_method(method)(topology, collective, **options)
     if seen is not None:
@@ -393,7 +397,8 @@ def _compile_once(topology: Topology, collective: Collective, method: str, tgt: 
         progress(f"checking the schedule ({len(schedule.ops)} transfers)")
         schedule.check()
     return _lower(topology, schedule, method, tgt, instances=instances, proto=proto, min_bytes=min_bytes,
-                  max_bytes=max_bytes, mode=mode, progress=progress, in_memory=in_memory)
+                  max_bytes=max_bytes, mode=mode, progress=progress, in_memory=in_memory,
+                  prove=prove or not in_memory)
 
 
 def relower(compiled: Compiled, *, instances: int | None = None, proto: str | None = None,

@@ -13,7 +13,8 @@ What is compared. Every power of two of trees per GPU up to the link model's cho
 :func:`colls.pipeline.compile_schedule`), each made and proved as ``colls synth`` makes it, simulated at
 :data:`SIZES` (16 MB and 1 GB: sizes where the count matters and every such file is run by the runtime;
 Simple, out-of-place); the least geometric mean of the times wins, the link model's choice on a tie. A count
-the target cannot load is skipped. ``trees_per_gpu`` given: that count, as asked.
+the target cannot load is skipped, and one whose proven lower bound at 1 GB leaves it no chance is not
+simulated there. ``trees_per_gpu`` given: that count, as asked.
 
 This module sits above :mod:`colls.pipeline` and :mod:`colls.simulate` (both below it, neither imports it):
 ``colls synth``, ``colls compile`` and the benchmarks call :func:`compile_fastest` for a method's default file.
@@ -25,10 +26,10 @@ import math
 
 from colls import pipeline
 from colls.errors import CollsError
-from colls.simulate import prepare, simulate
+from colls.simulate.baseline import Fastest
 from colls.sizes import size_text
 
-SIZES = (16 << 20, 1 << 30)
+SIZES = (16 << 20, 256 << 20)
 
 
 def compile_fastest(topology, collective, method: str, *, options: dict | None = None, **settings):
@@ -43,22 +44,28 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
     if not counts:
         return first
     made = {k: first}
-    for count in counts:
+    for count in counts:        # made to be simulated only (checked, not proved); the one chosen is made again
         try:
-            made[count] = pipeline.compile_schedule(topology, collective, method,
-                                                    options=dict(options, trees_per_gpu=count), **settings)
+            made[count] = pipeline.compile_schedule(
+                topology, collective, method, options=dict(options, trees_per_gpu=count),
+                **dict(settings, in_memory=True, prove=False))
         except CollsError:
             continue            # more than the target loads, or no packing: not a candidate
-    scores = {c: _score(r, topology) for c, r in made.items()}
-    timed = {c: s for c, s in scores.items() if s is not None}
-    if k not in timed or len(timed) < 2:
+    timed, best_score = {}, None
+    for c in sorted(made):          # the fewest trees first: most often the fastest, so the others are cut short
+        score = _score(made[c], topology, best_score)
+        if score is not None:
+            timed[c] = score
+            best_score = score if best_score is None else min(best_score, score)
+    if len(made) < 2 or not timed:
         return first
     best = min(timed, key=lambda c: (timed[c], c != k, c))
-    result = made[best]
+    result = first if best == k else pipeline.compile_schedule(
+        topology, collective, method, options=dict(options, trees_per_gpu=best), **settings)
     result.facts["trees_tuned"] = {"sizes": [size_text(s) for s in SIZES], "link_model_k": k,
                                    "geomean_us": {str(c): round(t, 3) for c, t in sorted(timed.items())}}
     if best != k:
-        others = ", ".join(str(c) for c in sorted(timed))
+        others = ", ".join(str(c) for c in sorted(made))
         result.facts["count_note"] = (f"{best} trees per GPU: the fastest simulated of {others} at "
                                       f"{' and '.join(size_text(s) for s in SIZES)} ({k}, the link model's "
                                       "best, is slower on the runtime)")
@@ -66,15 +73,20 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
     return result
 
 
-def _score(result, topology) -> float | None:
-    """The geometric mean of the simulated times at :data:`SIZES` (microseconds), or None when the runtime
-    would not run the file at one of them."""
+def _score(result, topology, beat: float | None = None) -> float | None:
+    """The geometric mean of the simulated times at :data:`SIZES` (microseconds); None when the runtime would
+    not run the file at one of them, or when it cannot be below ``beat``: the last size is simulated only if
+    its proven lower bound (:class:`colls.simulate.baseline.Fastest`) leaves the mean a chance to be."""
     kind = result.facts["collective"]
-    machine = prepare(result.program, topology, kind)
+    fastest = Fastest(topology, kind, [({}, result.program, None)], target=result.target.name,
+                      protocols=(result.program.proto,))
     logs = []
-    for size in SIZES:
-        t, _ = simulate(result.program, topology, kind, size, machine=machine, target=result.target.name)
-        if not t.served:
+    for i, size in enumerate(SIZES):
+        limit = None
+        if beat is not None and i == len(SIZES) - 1:    # the time this size must stay under for the mean to win
+            limit = math.exp(len(SIZES) * math.log(beat) - sum(logs))
+        t = fastest.time(size, beat=limit)
+        if t is None or not t.served:
             return None
         logs.append(math.log(t.time_us))
     return math.exp(sum(logs) / len(logs))
