@@ -314,7 +314,7 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
         result.facts["chunks_note"] = (f"{ncpl} chunks per loop divide no power-of-two call: the runtime runs this "
                                        "file only for calls whose element count they divide")
         return result
-    best = max(tried, key=lambda c: (c.facts.get("model_algbw_gbps") or 0.0, -c.schedule.info.get(info_key, 0)))
+    best = max(tried, key=lambda c: (c.schedule.model_algbw(topology)[0], -c.schedule.info.get(info_key, 0)))
     best.facts["chunks_note"] = (f"{best.schedule.info.get(info_key)} {words}, not {count}: {count} would leave "
                                  f"{ncpl} chunks per loop, which divide no power-of-two call")
     if method == "trees":

@@ -27,6 +27,7 @@ import math
 from colls import pipeline
 from colls.errors import CollsError
 from colls.simulate.baseline import Fastest
+from colls.synth import trees
 from colls.sizes import size_text
 
 SIZES = (16 << 20, 256 << 20)
@@ -36,19 +37,18 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
     """:func:`colls.pipeline.compile_schedule`, with the count of trees per GPU chosen by simulated time
     (module docstring) when the method is trees and no count was given."""
     options = dict(options or {})
-    first = pipeline.compile_schedule(topology, collective, method, options=options, **settings)
-    if method != "trees" or options.get("trees_per_gpu") or collective.kind in ("broadcast", "reduce"):
-        return first
+    if method != "trees" or options.get("trees_per_gpu") or collective.kind in ("broadcast", "reduce") \
+            or trees.k_candidates(topology, collective)[0] <= 1:        # one tree per GPU: nothing to compare
+        return pipeline.compile_schedule(topology, collective, method, options=options, **settings)
+    unproved = dict(settings, in_memory=True, prove=False)      # simulated only; the one chosen is made again
+    first = pipeline.compile_schedule(topology, collective, method, options=options, **unproved)
     k = first.schedule.info.get("k") or 1
     counts = [1 << i for i in range(k.bit_length()) if 1 << i < k]
-    if not counts:
-        return first
     made = {k: first}
-    for count in counts:        # made to be simulated only (checked, not proved); the one chosen is made again
+    for count in counts:
         try:
             made[count] = pipeline.compile_schedule(
-                topology, collective, method, options=dict(options, trees_per_gpu=count),
-                **dict(settings, in_memory=True, prove=False))
+                topology, collective, method, options=dict(options, trees_per_gpu=count), **unproved)
         except CollsError:
             continue            # more than the target loads, or no packing: not a candidate
     timed, best_score = {}, None
@@ -57,11 +57,16 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
         if score is not None:
             timed[c] = score
             best_score = score if best_score is None else min(best_score, score)
+    best = min(timed, key=lambda c: (timed[c], c != k, c)) if timed else k
+    result = pipeline.compile_schedule(topology, collective, method, options=dict(options, trees_per_gpu=best),
+                                       **settings)
+    for key in ("trees_per_gpu_tried", "limited_by", "chunks_note"):    # why the link model took k
+        if key in first.facts and best == k:
+            result.facts[key] = first.facts[key]
+    if best == k and "trees_per_gpu_tried" not in result.facts:
+        result.facts["trees_per_gpu_tried"] = [k]
     if len(made) < 2 or not timed:
-        return first
-    best = min(timed, key=lambda c: (timed[c], c != k, c))
-    result = first if best == k else pipeline.compile_schedule(
-        topology, collective, method, options=dict(options, trees_per_gpu=best), **settings)
+        return result
     result.facts["trees_tuned"] = {"sizes": [size_text(s) for s in SIZES], "link_model_k": k,
                                    "geomean_us": {str(c): round(t, 3) for c, t in sorted(timed.items())}}
     if best != k:
