@@ -218,11 +218,10 @@ def _run_task(i: int):
 
 
 def _variants(topology, coll, name, target, options, sizes=None) -> Method:
-    """The method's schedule at 1, 2, 4 and 8 copies, as far as the target loads them. When its chunks per
-    loop are not a power of two (6 rings, 3 trees per GPU...), no power-of-two call divides them and the
-    runtime would never run it for nccl-tests' sizes: the nearest powers of two of rings or trees per GPU are
-    tried as well. A schedule the runtime would run for none of ``sizes`` is left out with its copies (they
-    have more chunks per loop still)."""
+    """The method's schedule at 1, 2, 4 and 8 copies, as far as the target loads them (its count of rings or
+    trees already a power of two where one exists: :func:`colls.pipeline.compile_schedule`). A schedule the
+    runtime would run for none of ``sizes`` is left out with its copies (they have more chunks per loop
+    still)."""
     m = Method(name)
     first = _first(topology, coll, name, target, options, m)
     if first is None:
@@ -230,14 +229,6 @@ def _variants(topology, coll, name, target, options, sizes=None) -> Method:
     ncpl = first.program.nchunksperloop
     if sizes is None or any(served(first.program, coll.kind, s) is None for s in sizes):
         _copies(first, m)
-    count_key = {"ring": ("rings", "rings"), "trees": ("trees_per_gpu", "k")}.get(name)
-    if count_key and ncpl & (ncpl - 1) and not options.get(count_key[0]):
-        count = first.schedule.info.get(count_key[1]) or 1
-        low = 1 << (count.bit_length() - 1)
-        for tried in sorted({low, 2 * low}):
-            other = _first(topology, coll, name, target, dict(options, **{count_key[0]: tried}), None)
-            if other is not None and not other.program.nchunksperloop & (other.program.nchunksperloop - 1):
-                _copies(other, m)
     if not m.variants:
         m.refused = (f"the runtime would run its file for none of the sizes: {ncpl} chunks per loop divide the "
                      "element count of none of them")

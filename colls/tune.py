@@ -13,7 +13,7 @@ What is compared. Every power of two of trees per GPU up to the link model's cho
 :func:`colls.pipeline.compile_schedule`), each made as ``colls synth`` makes it, simulated at
 :data:`SIZES` (16 MB and 256 MB: sizes where the count matters and every such file is run by the runtime;
 Simple, out-of-place); the least geometric mean of the times wins, the link model's choice on a tie. A count
-the target cannot load is skipped, and one whose proven lower bound at 1 GB leaves it no chance is not
+the target cannot load is skipped, and one whose proven lower bound at the last size leaves it no chance is not
 simulated there. ``trees_per_gpu`` given: that count, as asked.
 
 This module sits above :mod:`colls.pipeline` and :mod:`colls.simulate` (both below it, neither imports it):
