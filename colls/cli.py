@@ -477,10 +477,16 @@ def verify_cmd(path, target, hardware, nodes, sms, buffsize, as_json):
     """
     from colls import files, verify
     text = files.read_text(path, files.MAX_XML_BYTES, option="FILE")
-    if hardware is not None:
-        topo = _load(hardware, nodes)
-        sms = topo.min_sms() if sms is None else sms
-    report = verify.verify_text(text, path, get_target(target), sms=sms, buffsize=buffsize)
+    if text.lstrip().startswith("{"):           # an MSCCL++ JSON plan: its collective is in the plan
+        from colls import mscclpp
+        from colls.verify.plan import verify_plan
+        plan = mscclpp.load(text, path)
+        report = verify_plan(plan, plan["collective"], path)
+    else:
+        if hardware is not None:
+            topo = _load(hardware, nodes)
+            sms = topo.min_sms() if sms is None else sms
+        report = verify.verify_text(text, path, get_target(target), sms=sms, buffsize=buffsize)
     if as_json:
         _echo_json(report.to_dict())
     else:

@@ -1,0 +1,95 @@
+"""MSCCL++ (microsoft/mscclpp): the facts about its JSON execution plans that :mod:`colls.mscclpp` writes
+by and :mod:`colls.verify.plan` checks against.
+
+Every figure below was read in microsoft/mscclpp at commit 00668b4a (the snapshot the file paths name; its
+VERSION says 0.9.x) unless another commit is given. File abbreviations:
+
+- EC = ``src/core/include/execution_common.hpp`` (limits, the Operation struct)
+- EK = ``src/core/include/execution_kernel.hpp`` (what each op does on the GPU)
+- EP = ``src/core/executor/execution_plan.cc`` (the loader)
+- EX = ``src/core/executor/executor.cc`` @011094ce (connections, scratch, launch)
+- DSL = ``python/mscclpp/language/internal/operations.py`` (how MSCCL++'s own generator writes plans)
+
+This module is not a :class:`~colls.runtimes.base.Target`: that registry describes MSCCL XML loaders.
+"""
+
+from __future__ import annotations
+
+NAME = "mscclpp"
+DESCRIPTION = "MSCCL++ executor, JSON execution plans (format of v0.8.0 and later)"
+
+# Versions. The JSON keys written here (``input_chunks``, ``channel_type``, ``src_buff``, ...) are the format
+# the loader reads from v0.8.0 on (tag v0.8.0 = b1a88d75, "New DSL implementation", PR #579); v0.7.0 and
+# earlier read camelCase keys (``inputChunks``, ``i_cids``, ...) and cannot load these files, nor can
+# v0.8.0+ load theirs.
+FIRST_VERSION = "0.8.0"
+VERSIONS = "MSCCL++ 0.8.0 and later (current format); 0.7.0 and earlier read another format"
+
+# Top-level keys the loader reads with ``obj[...]`` (throws when missing) and those read with
+# ``obj.value(key, default)`` (EP: ExecutionPlan::Impl::Impl and loadExecutionPlan).
+REQUIRED_KEYS = ("name", "collective", "protocol", "inplace", "gpus")
+OPTIONAL_KEYS = {"num_threads_per_block": 1024, "min_message_size": 0, "max_message_size": 2**64 - 1,
+                 "buffer_alignment": 16, "reuse_resources": False, "use_double_scratch_buffer": False}
+# Per GPU: ``gpu["id"]`` must equal the rank ("GPU rank does not match"), and ``input_chunks``,
+# ``output_chunks``, ``scratch_chunks``, ``channels``, ``remote_buffers``, ``threadblocks`` are read with
+# ``[]`` (EP: loadExecutionPlan, parseChannels, parseRemoteBuffer, setupOperations).
+GPU_KEYS = ("id", "input_chunks", "output_chunks", "scratch_chunks", "threadblocks", "channels",
+            "remote_buffers")
+TB_KEYS = ("id", "ops", "channels")
+# The collective names of MSCCL++'s DSL (python/mscclpp/language/collectives.py).
+COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall", "sendrecv")
+# EP loadExecutionPlan: "LL" turns on packets; any other value means Simple.
+PROTOCOLS = ("Simple", "LL")
+
+# Op names the loader maps (EP getOpType); anything else throws "Invalid operation type".
+OP_NAMES = ("nop", "barrier", "put", "pws", "pwsf", "get", "copy", "signal", "wait", "flush", "re", "res",
+            "rre", "rres", "ppkt", "rppkt", "respkt", "cpkt", "upkt", "repkt", "recpkt", "recspkt", "glres",
+            "gstore", "rlxsignal", "rlxwait", "pipeline", "sem_acquire", "sem_release")
+BUFFER_TYPES = ("i", "o", "s")                         # EP convertToBufferType
+CHANNEL_TYPES = ("memory", "port", "none", "switch")   # EP convertToChannelType
+
+# Limits (EC).
+MAX_OPERATIONS = 64                  # MAX_OPERATION: ops per threadblock, pipeline bodies counted (EP
+                                     # setupOperations flattens them; EX throws above it)
+MAX_CHANNELS_PER_TB = 16             # MAX_CHANNEL: Channels::memoryChannels[16] / portChannels[16]
+MAX_CHANNELS_PER_OP = 8              # MAX_CHANNEL_PER_OPERATION: Operation::channelIndexes[8]
+MAX_OPERANDS = 10                    # MAX_LOCAL_BUFFER_PER_OPERATION (2) + MAX_CHANNEL_PER_OPERATION (8)
+MAX_REMOTE_BUFFERS_PER_TB = 16       # RemoteBuffers::memoryChannelBufferPtrs[MAX_CHANNEL]
+MAX_BARRIERS = 16                    # MAX_DEVICE_SYNCERS: deviceSyncers[16] (EK), indexed by barrier_id
+MAX_SEMAPHORES_PER_OP = 16           # MAX_DEVICE_SEMAPHORES: Operation::deviceSemaphoreIds[16]
+MAX_OFFSET = 2**32 - 1               # Operation::inputOffsets / inputBufferSizes are uint32_t (EC); the
+                                     # loader also computes chunk end offsets in uint32_t (EP getBufferSize)
+MAX_THREADS_PER_BLOCK = 1024         # executionKernel is __launch_bounds__(1024, 1) (EK)
+BUFFER_ALIGNMENT = 16                # default buffer_alignment (EP); offsets are in these units
+# With reuse_resources the executor's own 128 MiB buffer is the scratch (EX defaultScratchBufferSize =
+# 1 << 27) and chunks beyond PREDFINED_SCRATCH_SIZE = 64 MiB (EC) wrap; colls never sets reuse_resources,
+# so the scratch is allocated for the plan at chunk x scratch_chunks bytes (EX setupScratchBuffer,
+# EP calScratchBufferSize) and only the uint32 offsets bound it.
+DEFAULT_SCRATCH_BYTES = 1 << 27
+PREDEFINED_SCRATCH_BYTES = 1 << 26
+
+# Which threads run an op (EK handle*): signal/wait/flush/sem ops and port-channel puts run on threads
+# tid < (number of channels, operands or semaphores); copies, reductions and memory-channel puts are
+# spread over all threads of the block. ``nop`` is __syncthreads() (EK handleNop) and ``barrier`` starts
+# with one (DeviceSyncer::sync). MSCCL++'s generator separates the two kinds with a nop (DSL
+# add_data_sync: a nop before a signal, after a wait, around sem_acquire/sem_release).
+THREAD0_OPS = frozenset({"signal", "wait", "rlxsignal", "rlxwait", "flush", "sem_acquire", "sem_release"})
+ALL_THREAD_OPS = frozenset({"copy", "re", "res", "rre", "rres", "get"})
+
+# Hazards read in EK (not run on hardware):
+# - ``pws`` on a *memory* channel only copies: handlePut returns after the copy without signalling, so a
+#   memory-channel put needs its own ``signal``.
+# - ``pwsf`` passes ``(uint64_t)srcOffsets`` (the address of the offsets array) as the source offset to
+#   putWithSignalAndFlush, so it reads from the wrong place: never written, refused by the verifier.
+# - ``get`` copies with the source and destination offsets swapped (handleGet): refused unless they equal.
+# - ``flush`` loops over ``op.nOutputs``, which is 0 for a flush, so it flushes nothing.
+# - ``reduce_op`` is never read by the loader; the kernels sum (OpType = SUM defaults): non-sum reductions
+#   are refused.
+UNSAFE_OPS = {"pwsf": "its source offset is the address of the offsets array (execution_kernel.hpp handlePut)",
+              "flush": "it loops over op.nOutputs, 0 for a flush, so it flushes nothing (execution_kernel.hpp)"}
+REDUCE_OPS = ("sum",)
+
+# Channel pairing (EX setupConnections): each element of a GPU's ``connected_to`` lists is one connection,
+# tagged by a per-peer counter over memory channels first, then port channels; the k-th channel from A to
+# B therefore pairs with the k-th from B to A. Unmatched extras are created by the loader (EP
+# getUnpairedChannelInfos) and never used by an op.

@@ -1,0 +1,810 @@
+"""Prove or refute an MSCCL++ JSON execution plan: it loads, it cannot hang, it has no data race, it computes
+the collective for every rank.
+
+``verify_plan(plan, kind, source)`` runs, in order:
+
+1. the loader's rules (:func:`colls.mscclpp.shape_problems`, then ids, chunk consistency, the 64-op limit,
+   operand ranges and uint32 offsets, channel and buffer ids, channel pairing across GPUs, remote buffers);
+2. signal/wait pairing: per channel, the signals one side sends equal the waits the other side makes (a
+   surplus signal lets the next call's wait return early; a missing one hangs);
+3. thread synchronisation inside a threadblock: ops that run on thread 0 (waits, signals, semaphore ops,
+   port puts) and ops spread over all threads (copies, reductions, memory puts) see each other's effects
+   only across a ``nop``/``barrier`` (__syncthreads);
+4. an abstract execution of two consecutive calls on every GPU (counted channel semaphores, device
+   semaphores, barriers; the second call of a GPU starts when its first has finished, GPUs are not
+   synchronised), which finds deadlocks, and carries vector clocks: every pair of accesses to one chunk, one
+   a write, must be ordered (a put into a scratch slot whose previous message was not consumed yet is
+   ``plan-slot-race``). A port put reads its source asynchronously: the read is complete only once the
+   receiver's wait for the signal after it has returned;
+5. the symbolic values of that execution (sets of (rank, input chunk) contributions, as in
+   :mod:`colls.verify.semantics`) against the collective's postcondition, for both calls.
+
+The facts come from microsoft/mscclpp (:mod:`colls.runtimes.mscclpp`, each cited). What is not modelled
+(packet ops of the LL protocol, NVLS switch ops, remote reads ``rre``/``rres``/``get``, pipelines, thread
+block groups) leaves the verdict ``unproven``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from colls.collectives import KINDS, Collective, SymbolicError, describe, reduce_values
+from colls.msccl import Finding
+from colls.mscclpp import shape_problems
+from colls.runtimes import mscclpp as rt
+from colls.verify.report import Report
+from colls.verify.rules import HANG, LOAD, UB, UNUSED, WRONG
+
+TARGET = "mscclpp"
+REPORT_CAP = 10
+
+# rule -> (effect, text); effect None is a warning
+PLAN_RULES: dict[str, tuple[str | None, str]] = {
+    "plan-key": (LOAD, "a key the loader reads is missing or of the wrong type"),
+    "plan-collective": (UNUSED, "collective is not the one asked, or not one MSCCL++ selects"),
+    "plan-protocol": (None, "protocol is neither Simple nor LL (the loader then runs Simple)"),
+    "plan-threads": (LOAD, "num_threads_per_block above 1024 (__launch_bounds__(1024, 1))"),
+    "plan-message-size": (UNUSED, "min_message_size > max_message_size, or sizes no call can have"),
+    "plan-gpu-id": (LOAD, "gpus[i].id is not i ('GPU rank does not match')"),
+    "plan-chunks": (LOAD, "chunk counts that are zero, differ between GPUs, or do not fit the collective"),
+    "plan-tb-id": (UB, "threadblock ids are not 0..n-1 in list order (ops by position, channels by id)"),
+    "plan-op-count": (LOAD, "more than 64 ops in a threadblock, pipeline bodies counted (MAX_OPERATION)"),
+    "plan-operand": (UB, "an operand outside its buffer's chunks"),
+    "plan-operand-count": (UB, "more than 10 operands or 8 channels in one op (fixed arrays in Operation)"),
+    "plan-offset-range": (UB, "an offset beyond uint32 at max_message_size"),
+    "plan-channel-id": (UB, "a channel id outside the threadblock's or the GPU's channel list, or > 16 per type"),
+    "plan-buffer-id": (UB, "a buffer id outside the threadblock's refs or the GPU's remote_buffers"),
+    "plan-remote-buffer": (HANG, "a remote buffer of a rank this GPU has no channel of that type to"),
+    "plan-channel-pairing": (HANG, "GPU A has a different number of channels of a type to B than B to A"),
+    "plan-channel-shared": (WRONG, "one channel used by two threadblocks (its semaphore counter is not atomic)"),
+    "plan-wrong-peer": (WRONG, "a put into the buffer of a rank its channel does not connect to"),
+    "plan-op-form": (UB, "an op whose operands do not have the form the kernel reads"),
+    "plan-op-unsafe": (WRONG, "an op the kernel runs differently than it reads (pwsf, get, flush, pws on memory)"),
+    "plan-reduce-op": (WRONG, "a reduce_op other than sum: MSCCL++ ignores it and sums"),
+    "plan-semaphore": (UB, "a semaphore id outside the GPU's semaphores"),
+    "plan-barrier": (HANG, "a barrier id >= 16 or a barrier whose threadblock count is never reached"),
+    "plan-signal-wait": (HANG, "signals on a channel differ in number from the waits on its pair"),
+    "plan-thread-sync": (WRONG, "thread-0 and all-thread ops not separated by a nop where one needs the other"),
+    "plan-deadlock": (HANG, "threadblocks that can never finish, and what each waits for"),
+    "plan-slot-race": (WRONG, "a put into a scratch slot whose previous content was not consumed yet"),
+    "plan-race": (WRONG, "two accesses to one chunk, one a write, not ordered"),
+    "plan-double-count": (WRONG, "a reduction counts an input twice"),
+    "plan-uninitialised-read": (WRONG, "a value read from a chunk nothing had written"),
+    "plan-input-write": (WRONG, "a write to the caller's input buffer"),
+    "plan-postcondition": (WRONG, "an output chunk does not hold what the collective requires"),
+    "plan-unmodelled": (None, "an op the proof does not model: the result is not checked"),
+    "plan-semantics-skipped": (None, "execution checks not run because of the errors before them"),
+}
+
+_SIGNALS = ("signal", "rlxsignal")
+_WAITS = ("wait", "rlxwait")
+_MODELLED = frozenset({"nop", "barrier", "signal", "wait", "rlxsignal", "rlxwait", "put", "pws", "copy", "re",
+                       "res", "sem_acquire", "sem_release", "flush"})
+
+
+class _Cx:
+    def __init__(self, plan, kind, source):
+        self.plan, self.kind, self.source = plan, kind, source
+        self.findings: list[Finding] = []
+        self.counts: dict = defaultdict(int)
+        self.unproven: list[str] = []
+
+    def add(self, rule, message, gpu=None, tb=None, op=None, calls=None):
+        self.counts[rule] += 1
+        if self.counts[rule] > REPORT_CAP:
+            return
+        effect = PLAN_RULES[rule][0]
+        sev = "error" if effect else "warning"
+        self.findings.append(Finding(rule, message, gpu, tb, op, None, sev, effect if effect else None,
+                                     calls if effect else None))
+
+    def errors(self, rules=None) -> list[str]:
+        return sorted({f.rule for f in self.findings if f.severity == "error" and (rules is None or f.rule in rules)})
+
+    def close(self):
+        for rule, n in sorted(self.counts.items()):
+            if n > REPORT_CAP:
+                effect = PLAN_RULES[rule][0]
+                self.findings.append(Finding(rule, f"and {n - REPORT_CAP} more", None, None, None, None,
+                                             "error" if effect else "warning", effect))
+
+
+def verify_plan(plan: dict, kind: str, source: str, *, inplace: bool | None = None) -> Report:
+    """Check ``plan`` against MSCCL++'s loader and kernel and prove it computes ``kind`` (for the call type
+    ``inplace``; default: the one the plan declares). Returns a :class:`~colls.verify.report.Report` whose
+    findings carry the rule ids of :data:`PLAN_RULES`."""
+    cx = _Cx(plan, kind, source)
+    facts = {"target": TARGET, "coll": kind, "checked": [], "deadlock_free": None, "semantics_checked": False}
+    problems = shape_problems(plan)
+    for key, message in problems:
+        cx.add("plan-key", f"{key}: {message}" if key else message)
+    if problems:
+        _skip(cx, "the plan does not have the loader's shape")
+    else:
+        if inplace is None:
+            inplace = plan["inplace"]
+        facts["ngpus"] = len(plan["gpus"])
+        m = _Model(cx, plan, kind)
+        m.check_static()
+        facts["max_ops_per_tb"] = m.max_ops
+        blockers = cx.errors()
+        if blockers:
+            _skip(cx, f"deadlock, race and correctness checks were not run ({', '.join(blockers)})")
+        elif m.unmodelled:
+            _skip(cx, "ops the proof does not model: " + ", ".join(sorted(m.unmodelled)))
+        elif kind not in KINDS or m.coll is None:
+            _skip(cx, f"collective {kind!r} is not modelled")
+        else:
+            done = m.execute(inplace)
+            facts["deadlock_free"] = done
+            if done:
+                facts["checked"] = ["in-place" if inplace else "out-of-place"]
+                facts["semantics_checked"] = True
+    cx.close()
+    findings = sorted(cx.findings, key=lambda f: f.severity != "error")
+    return Report(source, TARGET, findings, facts, cx.unproven)
+
+
+def _skip(cx: _Cx, why: str) -> None:
+    cx.add("plan-semantics-skipped", why)
+    cx.unproven.append(why.split(" (")[0])
+
+
+def _flat_ops(ops):
+    """The ops as the loader stores them: pipeline bodies after their pipeline op."""
+    out = []
+    for op in ops:
+        out.append(op)
+        if isinstance(op, dict) and op.get("name") == "pipeline":
+            out.extend(op.get("ops") or [])
+    return out
+
+
+def _lane(op) -> str:
+    name = op["name"]
+    if name in ("nop", "barrier"):
+        return "sync"
+    if name in rt.THREAD0_OPS or (name in ("put", "pws", "pwsf") and op.get("channel_type") == "port"):
+        return "t0"
+    return "all"
+
+
+def _ranges(operands, local_only=True):
+    out = []
+    for b in operands or ():
+        if "type" in b:
+            out.append((b["type"], b["index"], b["index"] + b["size"]))
+    return out
+
+
+def _overlap(a, b) -> bool:
+    return any(x[0] == y[0] and x[1] < y[2] and y[1] < x[2] for x in a for y in b)
+
+
+class _Model:
+    """The plan as the executor sets it up: channels paired, refs resolved, ops flattened."""
+
+    def __init__(self, cx: _Cx, plan: dict, kind: str):
+        self.cx, self.plan, self.kind = cx, plan, kind
+        self.gpus = plan["gpus"]
+        self.n = len(self.gpus)
+        self.max_ops = 0
+        self.unmodelled: set = set()
+        self.coll = None
+        self.partner: dict = {}         # (g, type, index) -> (peer, type, index)
+        self.chan_owner: dict = {}      # (g, type, index) -> tb
+        self.chunk_bytes = 0
+
+    # --- static checks ------------------------------------------------------------------------------
+    def check_static(self) -> None:
+        cx, plan = self.cx, self.plan
+        if plan["collective"] != self.kind or plan["collective"] not in rt.COLLECTIVES:
+            cx.add("plan-collective", f"collective is {plan['collective']!r}, expected {self.kind!r}")
+        if plan["protocol"] not in rt.PROTOCOLS:
+            cx.add("plan-protocol", f"protocol {plan['protocol']!r} runs as Simple")
+        if plan.get("num_threads_per_block", 1024) > rt.MAX_THREADS_PER_BLOCK:
+            cx.add("plan-threads", f"num_threads_per_block {plan['num_threads_per_block']} > 1024")
+        lo = plan.get("min_message_size", 0)
+        hi = plan.get("max_message_size", 2**64 - 1)
+        if lo > hi:
+            cx.add("plan-message-size", f"min_message_size {lo} > max_message_size {hi}: no call selects the plan")
+        for r, g in enumerate(self.gpus):
+            if g["id"] != r:
+                cx.add("plan-gpu-id", f"gpus[{r}].id is {g['id']}", gpu=r)
+        self._check_chunks(hi)
+        self._check_channels()
+        for r, g in enumerate(self.gpus):
+            for pos, tb in enumerate(g["threadblocks"]):
+                if tb["id"] != pos:
+                    cx.add("plan-tb-id", f"threadblock at position {pos} has id {tb['id']}: the loader stores ops "
+                           "by position and channels by id", gpu=r, tb=pos)
+                flat = _flat_ops(tb["ops"])
+                self.max_ops = max(self.max_ops, len(flat))
+                if len(flat) > rt.MAX_OPERATIONS:
+                    cx.add("plan-op-count", f"{len(flat)} ops (pipeline bodies counted), at most "
+                           f"{rt.MAX_OPERATIONS}", gpu=r, tb=pos)
+                for k, op in enumerate(flat):
+                    self._check_op(r, pos, k, op)
+                self._check_thread_sync(r, pos, flat)
+        self._check_pairing()
+
+    def _check_chunks(self, max_size) -> None:
+        cx = self.cx
+        first = self.gpus[0]
+        ic, oc = first["input_chunks"], first["output_chunks"]
+        for r, g in enumerate(self.gpus):
+            if (g["input_chunks"], g["output_chunks"]) != (ic, oc):
+                cx.add("plan-chunks", f"input/output chunks ({g['input_chunks']}, {g['output_chunks']}) differ from "
+                       f"gpu 0's ({ic}, {oc})", gpu=r)
+            if g["input_chunks"] == 0 and g["output_chunks"] == 0:
+                cx.add("plan-chunks", "input_chunks and output_chunks are both 0 (the loader divides by them)", gpu=r)
+        if ic == 0 or oc == 0:
+            return
+        if self.kind in KINDS and self.n >= 2:
+            wide_in = self.kind in ("reducescatter", "alltoall")
+            wide_out = self.kind in ("allgather", "alltoall")
+            c, rem = divmod(ic, self.n if wide_in else 1)
+            if rem or c < 1 or oc != c * (self.n if wide_out else 1):
+                cx.add("plan-chunks", f"input_chunks {ic} and output_chunks {oc} do not have the shape of "
+                       f"{self.kind} on {self.n} ranks (one chunk size for every buffer: 'Size per chunks "
+                       "inconsistent')")
+            elif self.kind not in ("broadcast", "reduce"):
+                self.coll = Collective(self.kind, self.n, c)
+        basis = oc if self.plan["collective"] == "allgather" else ic
+        self.chunk_bytes = -(-max_size // basis) if basis else 0
+
+    def _check_channels(self) -> None:
+        cx = self.cx
+        self.chans = []         # per gpu: {type: [peer, ...]}
+        for r, g in enumerate(self.gpus):
+            per = {"memory": [], "port": []}
+            for ch in g["channels"]:
+                if ch["channel_type"] in per:
+                    for p in ch["connected_to"]:
+                        if not 0 <= p < self.n or p == r:
+                            cx.add("plan-channel-id", f"a channel to {p}, not another rank", gpu=r)
+                        per[ch["channel_type"]].append(p)
+            self.chans.append(per)
+        for r, g in enumerate(self.gpus):
+            for j, rb in enumerate(g["remote_buffers"]):
+                for t in rb["access_channel_types"]:
+                    if t in ("memory", "port") and rb["rank"] not in self.chans[r][t]:
+                        cx.add("plan-remote-buffer", f"remote_buffers[{j}]: rank {rb['rank']} by {t}, but gpu {r} "
+                               f"has no {t} channel to it", gpu=r)
+                if not 0 <= rb["rank"] < self.n or rb["rank"] == r:
+                    cx.add("plan-remote-buffer", f"remote_buffers[{j}]: rank {rb['rank']} is not another rank", gpu=r)
+        # pairing: the k-th channel of g to p of a type pairs with the k-th of p to g (executor.cc)
+        for r in range(self.n):
+            for t in ("memory", "port"):
+                seen: dict = defaultdict(int)
+                for i, p in enumerate(self.chans[r][t]):
+                    k = seen[p]
+                    seen[p] += 1
+                    if 0 <= p < self.n and p != r:
+                        theirs = [j for j, q in enumerate(self.chans[p][t]) if q == r]
+                        if k < len(theirs):
+                            self.partner[(r, t, i)] = (p, t, theirs[k])
+        for r in range(self.n):
+            for p in range(r + 1, self.n):
+                for t in ("memory", "port"):
+                    a, b = self.chans[r][t].count(p), self.chans[p][t].count(r)
+                    if a != b:
+                        cx.add("plan-channel-pairing", f"{a} {t} channel(s) from {r} to {p} but {b} from {p} to {r}: "
+                               "the extra ones pair with channels nobody uses", gpu=r)
+        # threadblock channel lists and refs
+        self.tbch = []
+        self.tbref = []
+        for r, g in enumerate(self.gpus):
+            chs, refs = [], []
+            for pos, tb in enumerate(g["threadblocks"]):
+                per = {"memory": [], "port": []}
+                for ch in tb["channels"]:
+                    t = ch["channel_type"]
+                    if t not in per:
+                        continue
+                    for i in ch["channel_ids"]:
+                        if not 0 <= i < len(self.chans[r][t]):
+                            cx.add("plan-channel-id", f"{t} channel {i}: gpu {r} has {len(self.chans[r][t])}",
+                                   gpu=r, tb=pos)
+                            continue
+                        owner = self.chan_owner.setdefault((r, t, i), pos)
+                        if owner != pos:
+                            cx.add("plan-channel-shared", f"{t} channel {i} is used by threadblocks {owner} and {pos}",
+                                   gpu=r, tb=pos)
+                        per[t].append(i)
+                    if len(per[t]) > rt.MAX_CHANNELS_PER_TB:
+                        cx.add("plan-channel-id", f"{len(per[t])} {t} channels, at most {rt.MAX_CHANNELS_PER_TB}",
+                               gpu=r, tb=pos)
+                rf = {"memory": [], "port": []}
+                for ref in tb.get("remote_buffer_refs") or []:
+                    t = ref["access_channel_type"]
+                    if t not in rf:
+                        continue
+                    for j in ref["remote_buffer_ids"]:
+                        if not 0 <= j < len(g["remote_buffers"]) or t not in g["remote_buffers"][j]["access_channel_types"]:
+                            cx.add("plan-buffer-id", f"remote buffer {j} is not one of gpu {r}'s {t} remote buffers",
+                                   gpu=r, tb=pos)
+                            continue
+                        rf[t].append(j)
+                    if len(rf[t]) > rt.MAX_REMOTE_BUFFERS_PER_TB:
+                        cx.add("plan-buffer-id", f"{len(rf[t])} {t} remote buffers, at most 16", gpu=r, tb=pos)
+                chs.append(per)
+                refs.append(rf)
+            self.tbch.append(chs)
+            self.tbref.append(refs)
+
+    def size_of(self, r: int, buf: str) -> int:
+        g = self.gpus[r]
+        return {"i": g["input_chunks"], "o": g["output_chunks"], "s": g["scratch_chunks"]}[buf]
+
+    def _check_op(self, r, t, k, op) -> None:
+        cx = self.cx
+        name = op["name"]
+        ct = op.get("channel_type")
+        if name not in _MODELLED:
+            self.unmodelled.add(name)
+        if "reduce_op" in op and op["reduce_op"] not in rt.REDUCE_OPS:
+            cx.add("plan-reduce-op", f"reduce_op {op['reduce_op']!r}: MSCCL++ sums", gpu=r, tb=t, op=k)
+        if name in rt.UNSAFE_OPS:
+            cx.add("plan-op-unsafe", f"{name}: {rt.UNSAFE_OPS[name]}", gpu=r, tb=t, op=k)
+        if name == "pws" and ct == "memory":
+            cx.add("plan-op-unsafe", "pws on a memory channel copies but does not signal (execution_kernel.hpp "
+                   "handlePut returns after the copy)", gpu=r, tb=t, op=k)
+        if name == "get":
+            s, d = (op.get("src_buff") or [{}])[0], (op.get("dst_buff") or [{}])[0]
+            if s.get("index") != d.get("index"):
+                cx.add("plan-op-unsafe", "get with different source and destination indices: the kernel swaps "
+                       "the offsets", gpu=r, tb=t, op=k)
+        ids = op.get("channel_ids") or []
+        if len(ids) > rt.MAX_CHANNELS_PER_OP:
+            cx.add("plan-operand-count", f"{len(ids)} channel ids, at most {rt.MAX_CHANNELS_PER_OP}", gpu=r, tb=t, op=k)
+        if ct in ("memory", "port"):
+            for c in ids:
+                if not 0 <= c < len(self.tbch[r][t][ct]):
+                    cx.add("plan-channel-id", f"{name}: {ct} channel id {c}, the threadblock has "
+                           f"{len(self.tbch[r][t][ct])}", gpu=r, tb=t, op=k)
+        elif name in _SIGNALS + _WAITS or (name in ("put", "pws") and "channel_type" not in op):
+            cx.add("plan-op-form", f"{name} without a memory or port channel_type", gpu=r, tb=t, op=k)
+        for key in ("src_buff", "dst_buff"):
+            operands = op.get(key) or []
+            if len(operands) > rt.MAX_OPERANDS:
+                cx.add("plan-operand-count", f"{len(operands)} {key} operands, at most {rt.MAX_OPERANDS}",
+                       gpu=r, tb=t, op=k)
+            for b in operands:
+                self._check_operand(r, t, k, name, ct, b)
+        for s in op.get("semaphore_ids") or []:
+            if not 0 <= s < len(self.gpus[r].get("semaphores") or []):
+                cx.add("plan-semaphore", f"semaphore {s}: gpu {r} declares {len(self.gpus[r].get('semaphores') or [])}",
+                       gpu=r, tb=t, op=k)
+        if name == "barrier" and not 0 <= op["barrier_id"] < rt.MAX_BARRIERS:
+            cx.add("plan-barrier", f"barrier id {op['barrier_id']}, at most {rt.MAX_BARRIERS - 1}", gpu=r, tb=t, op=k)
+        if name in ("put", "pws", "copy"):
+            src, dst = op.get("src_buff") or [], op.get("dst_buff") or []
+            if not src or len(src) != len(dst) or any(a["size"] != b["size"] for a, b in zip(src, dst)):
+                cx.add("plan-op-form", f"{name} needs one source per destination, of equal sizes", gpu=r, tb=t, op=k)
+            elif name != "copy" and any("buffer_id" not in b for b in dst) or any("type" not in b for b in src):
+                cx.add("plan-op-form", f"{name} reads local operands and writes remote ones", gpu=r, tb=t, op=k)
+        if name in ("re", "res"):
+            src, dst = op.get("src_buff") or [], op.get("dst_buff") or []
+            sizes = {b["size"] for b in src + dst}
+            if len(src) < 1 or not dst or "type" not in dst[0] or len(sizes) != 1 or any("type" not in b for b in src):
+                cx.add("plan-op-form", f"{name} needs local sources, a local destination first, one size",
+                       gpu=r, tb=t, op=k)
+            elif name == "re" and len(dst) != 1:
+                cx.add("plan-op-form", "re writes one local destination", gpu=r, tb=t, op=k)
+            elif name == "res" and (ct != "memory" or any("buffer_id" not in b for b in dst[1:])):
+                cx.add("plan-op-form", "res sends over memory channels to remote operands", gpu=r, tb=t, op=k)
+        # the destination of a put is the rank its channel connects to
+        if name in ("put", "pws", "res") and ct in ("memory", "port"):
+            peers = {self.chans[r][ct][i] for i in self.tbch[r][t][ct]}
+            dsts = op.get("dst_buff") or []
+            for i, b in enumerate(dsts):
+                if "buffer_id" not in b:
+                    continue
+                owner = self._remote(r, t, ct, b["buffer_id"])
+                if owner is None:
+                    continue
+                if ct == "port" and i < len(ids) and 0 <= ids[i] < len(self.tbch[r][t][ct]):
+                    peer = self.chans[r][ct][self.tbch[r][t][ct][ids[i]]]
+                    if owner[0] != peer:
+                        cx.add("plan-wrong-peer", f"{name} writes rank {owner[0]}'s buffer over the channel to {peer}",
+                               gpu=r, tb=t, op=k)
+                elif owner[0] not in peers:
+                    cx.add("plan-wrong-peer", f"{name} writes rank {owner[0]}'s buffer, but the threadblock has no "
+                           f"{ct} channel to it", gpu=r, tb=t, op=k)
+
+    def _remote(self, r, t, ct, ref):
+        refs = self.tbref[r][t].get(ct, [])
+        if not 0 <= ref < len(refs):
+            return None
+        rb = self.gpus[r]["remote_buffers"][refs[ref]]
+        return rb["rank"], rb["type"]
+
+    def _check_operand(self, r, t, k, name, ct, b) -> None:
+        cx = self.cx
+        if "switch_channel_id" in b:
+            self.unmodelled.add(name)
+            return
+        if b["index"] < 0 or b["size"] < 1:
+            cx.add("plan-operand", f"{name}: index {b['index']} size {b['size']}", gpu=r, tb=t, op=k)
+            return
+        if "type" in b:
+            owner, buf = r, b["type"]
+        else:
+            if ct not in ("memory", "port"):
+                cx.add("plan-op-form", f"{name}: a remote operand needs a memory or port channel_type", gpu=r, tb=t, op=k)
+                return
+            found = self._remote(r, t, ct, b["buffer_id"])
+            if found is None:
+                cx.add("plan-buffer-id", f"{name}: buffer_id {b['buffer_id']} is not one of the threadblock's {ct} "
+                       "refs", gpu=r, tb=t, op=k)
+                return
+            owner, buf = found
+            if not 0 <= owner < self.n:
+                return
+        end = b["index"] + b["size"]
+        have = self.size_of(owner, buf)
+        if end > have:
+            where = "its" if owner == r else f"rank {owner}'s"
+            cx.add("plan-operand", f"{name}: chunks [{b['index']}, {end}) of {where} {buf} buffer of {have} chunks",
+                   gpu=r, tb=t, op=k)
+        if self.chunk_bytes and end * self.chunk_bytes > rt.MAX_OFFSET:
+            cx.add("plan-offset-range", f"{name}: chunk {end} ends at {end * self.chunk_bytes} bytes at "
+                   "max_message_size, beyond uint32", gpu=r, tb=t, op=k)
+
+    def _check_thread_sync(self, r, t, ops) -> None:
+        since: list = []
+        for k, x in enumerate(ops):
+            lx = _lane(x)
+            if lx == "sync":
+                since = []
+                continue
+            why = None
+            xw, xr = _ranges(x.get("dst_buff")), _ranges(x.get("src_buff"))
+            for y in since:
+                ly = _lane(y)
+                yw, yr = _ranges(y.get("dst_buff")), _ranges(y.get("src_buff"))
+                if lx == "all":
+                    if y["name"] in _WAITS + ("sem_acquire",):
+                        why = f"{x['name']} runs on all threads right after {y['name']} on thread 0"
+                    elif ly == "all" and (_overlap(yw, xw + xr) or _overlap(yr, xw)):
+                        why = f"{x['name']} touches chunks {y['name']} accesses, on other threads"
+                    elif ly == "t0" and _overlap(yr, xw):
+                        why = f"{x['name']} overwrites the source of {y['name']} before thread 0 issued it"
+                elif x["name"] in _SIGNALS + ("sem_release",) and ly == "all":
+                    why = f"{x['name']} on thread 0 while other threads may still run {y['name']}"
+                elif x["name"] in ("put", "pws", "pwsf") and ly == "all" and _overlap(yw, xr):
+                    why = f"{x['name']} on thread 0 reads what {y['name']} writes on other threads"
+                if why:
+                    break
+            if why:
+                self.cx.add("plan-thread-sync", why + ", with no nop between", gpu=r, tb=t, op=k)
+            since.append(x)
+
+    def _check_pairing(self) -> None:
+        """Signals sent on each channel against waits on its pair (counted per call)."""
+        sent: dict = defaultdict(int)
+        waited: dict = defaultdict(int)
+        for r, g in enumerate(self.gpus):
+            for t, tb in enumerate(g["threadblocks"]):
+                for op in _flat_ops(tb["ops"]):
+                    ct = op.get("channel_type")
+                    if ct not in ("memory", "port"):
+                        continue
+                    signals = op["name"] in _SIGNALS or (op["name"] in ("pws", "pwsf") and ct == "port")
+                    waits = op["name"] in _WAITS
+                    if not (signals or waits):
+                        continue
+                    for c in op.get("channel_ids") or []:
+                        if 0 <= c < len(self.tbch[r][t][ct]):
+                            ep = (r, ct, self.tbch[r][t][ct][c])
+                            if signals:
+                                sent[ep] += 1
+                            else:
+                                waited[ep] += 1
+        eps = set(sent) | set(waited)
+        eps |= {self.partner[ep] for ep in eps if ep in self.partner}
+        for ep in sorted(eps):
+            partner = self.partner.get(ep)
+            if partner is None:
+                self.cx.add("plan-signal-wait", f"{ep[1]} channel {ep[2]} is used but has no paired channel on "
+                            "the peer", gpu=ep[0], tb=self.chan_owner.get(ep))
+                continue
+            if sent[ep] != waited[partner]:
+                more = "never waited for (the next call's wait returns early)" if sent[ep] > waited[partner] \
+                    else "waits that no signal answers"
+                self.cx.add("plan-signal-wait", f"gpu {ep[0]} signals {sent[ep]} time(s) over {ep[1]} channel "
+                            f"{ep[2]} to {partner[0]}, which waits {waited[partner]} time(s): {more}",
+                            gpu=partner[0], tb=self.chan_owner.get(partner))
+
+    # --- execution ----------------------------------------------------------------------------------
+    def execute(self, inplace: bool) -> bool:
+        return _Execution(self, inplace).run()
+
+
+class _Execution:
+    """Two consecutive calls, threadblock by threadblock until each blocks; vector clocks and values."""
+
+    CALLS = 2
+
+    def __init__(self, m: _Model, inplace: bool):
+        self.m, self.cx, self.inplace = m, m.cx, inplace
+        self.label = "in-place" if inplace else "out-of-place"
+        self.calls = "in-place calls" if inplace else "out-of-place calls"
+        self.tbs = []                   # (call, gpu, tb position)
+        for call in range(self.CALLS):
+            for r, g in enumerate(m.gpus):
+                for t in range(len(g["threadblocks"])):
+                    self.tbs.append((call, r, t))
+        self.index = {key: i for i, key in enumerate(self.tbs)}
+        nt = len(self.tbs)
+        self.ops = [_flat_ops(m.gpus[r]["threadblocks"][t]["ops"]) for _, r, t in self.tbs]
+        self.pc = [0] * nt
+        self.own = [0] * nt
+        self.clock = [[0] * nt for _ in range(nt)]
+        self.started = [call == 0 for call, _, _ in self.tbs]
+        self.inbox: dict = defaultdict(list)        # endpoint -> [(clock, own, tbi, async reads)]
+        self.consumed: dict = defaultdict(int)
+        self.pending: dict = defaultdict(list)      # endpoint -> port-put source reads not yet signalled
+        self.releases: dict = defaultdict(list)     # (gpu, sem) -> [(clock, own, tbi)]
+        self.acquired: dict = defaultdict(int)
+        self.barrier: dict = {}                     # (call, gpu, id) -> [arrived tbis]
+        self.released_barrier: set = set()
+        self.mem: dict = {}
+        self.access: dict = defaultdict(list)       # location -> [(tbi, own, clock, write, remote, where)]
+        for call in range(self.CALLS):
+            for r in range(m.n):
+                for storage, value in m.coll.initial_state(r, inplace).items():
+                    self.mem[(r, self._key(call, storage))] = value
+
+    def _key(self, call, storage):
+        return storage if storage[0] == "s" else (call,) + storage
+
+    def _where(self, i):
+        call, r, t = self.tbs[i]
+        return r, t, self.pc[i]
+
+    def _join(self, i, clock, own, j):
+        mine = self.clock[i]
+        new = [a if a >= b else b for a, b in zip(mine, clock)]
+        if new[j] < own:
+            new[j] = own
+        self.clock[i] = new
+
+    def run(self) -> bool:
+        nt = len(self.tbs)
+        progress = True
+        while progress:
+            progress = False
+            for i in range(nt):
+                while self._step(i):
+                    progress = True
+        stuck = [i for i in range(nt) if self.pc[i] < len(self.ops[i])]
+        if stuck:
+            for i in stuck[:REPORT_CAP]:
+                call, r, t = self.tbs[i]
+                what = self._blocked(i)
+                self.cx.add("plan-deadlock", f"call {call + 1}: blocked at {what}", gpu=r, tb=t, op=self.pc[i],
+                            calls=self.calls)
+            _skip(self.cx, "race and correctness checks were not run: the plan deadlocks")
+            return False
+        self._races()
+        self._post()
+        return True
+
+    def _blocked(self, i) -> str:
+        if not self.started[i]:
+            return "its start (the GPU's first call never finished)"
+        op = self.ops[i][self.pc[i]]
+        if op["name"] in _WAITS:
+            return f"{op['name']} on {op['channel_type']} channel(s) {op['channel_ids']} (no signal comes)"
+        if op["name"] == "sem_acquire":
+            return f"sem_acquire {op['semaphore_ids']} (never released)"
+        if op["name"] == "barrier":
+            return f"barrier {op['barrier_id']} (waits for {op['num_threadblocks']} threadblocks)"
+        return op["name"]
+
+    def _endpoint(self, i, op, c):
+        _, r, t = self.tbs[i]
+        ct = op["channel_type"]
+        return (r, ct, self.m.tbch[r][t][ct][c])
+
+    def _step(self, i) -> bool:
+        call, r, t = self.tbs[i]
+        if self.pc[i] >= len(self.ops[i]):
+            return False
+        if not self.started[i]:
+            prev = [self.index[(call - 1, r, u)] for u in range(len(self.m.gpus[r]["threadblocks"]))]
+            if any(self.pc[j] < len(self.ops[j]) for j in prev):
+                return False
+            for j in prev:
+                self._join(i, self.clock[j], self.own[j], j)
+            self.started[i] = True
+        op = self.ops[i][self.pc[i]]
+        name = op["name"]
+        if name in _WAITS:
+            eps = [self._endpoint(i, op, c) for c in op["channel_ids"]]
+            if any(len(self.inbox[ep]) <= self.consumed[ep] for ep in eps):
+                return False
+            for ep in eps:
+                clock, own, j, reads = self.inbox[ep][self.consumed[ep]]
+                self.consumed[ep] += 1
+                self._join(i, clock, own, j)
+            self.own[i] += 1
+            for ep in eps:
+                clock, own, j, reads = self.inbox[ep][self.consumed[ep] - 1]
+                for loc, where in reads:            # a port put's source read completes here
+                    self._record(loc, i, False, False, where)
+        elif name == "sem_acquire":
+            keys = [(r, s) for s in op["semaphore_ids"]]
+            init = self.m.gpus[r]["semaphores"]
+            if any(len(self.releases[k]) + init[k[1]]["init_value"] <= self.acquired[k] for k in keys):
+                return False
+            for k in keys:
+                n = self.acquired[k] - init[k[1]]["init_value"]
+                self.acquired[k] += 1
+                if n >= 0:
+                    self._join(i, *self.releases[k][n])
+            self.own[i] += 1
+        elif name == "barrier":
+            key = (call, r, op["barrier_id"])
+            if (i, key) not in self.released_barrier:
+                arrived = self.barrier.setdefault(key, [])
+                if i not in arrived:
+                    arrived.append(i)
+                if len(arrived) < op["num_threadblocks"]:
+                    return False
+                for j in arrived:
+                    self.released_barrier.add((j, key))
+                snapshot = [(self.clock[j], self.own[j], j) for j in arrived]
+                for j in arrived:
+                    for clock, own, jj in snapshot:
+                        self._join(j, clock, own, jj)
+                self.barrier[key] = []
+            self.released_barrier.discard((i, key))
+            self.own[i] += 1
+        else:
+            self.own[i] += 1
+            self._apply(i, call, r, t, op)
+        self.pc[i] += 1
+        return True
+
+    def _signal(self, i, ep):
+        partner = self.m.partner[ep]
+        reads = self.pending.pop(ep, [])
+        self.inbox[partner].append((self.clock[i], self.own[i], i, reads))
+
+    def _apply(self, i, call, r, t, op) -> None:
+        name = op["name"]
+        ct = op.get("channel_type")
+        where = (r, t, self.pc[i])
+        if name in _SIGNALS:
+            for c in op["channel_ids"]:
+                self._signal(i, self._endpoint(i, op, c))
+            return
+        if name == "sem_release":
+            for s in op["semaphore_ids"]:
+                self.releases[(r, s)].append((self.clock[i], self.own[i], i))
+            return
+        if name in ("nop", "flush"):
+            return
+        src = op.get("src_buff") or []
+        dst = op.get("dst_buff") or []
+        if name in ("put", "pws"):
+            for n, (s, d) in enumerate(zip(src, dst)):
+                owner, buf = self.m._remote(r, t, ct, d["buffer_id"])
+                values = [self._read(call, r, s["type"], s["index"] + k, i, where) for k in range(s["size"])]
+                if ct == "port":
+                    ep = self._endpoint(i, op, op["channel_ids"][n])
+                    for k in range(s["size"]):
+                        self.pending[ep].append(((r, self._loc(call, r, s["type"], s["index"] + k)), where))
+                for k, v in enumerate(values):
+                    self._write(call, owner, buf, d["index"] + k, v, i, True, where)
+            if name == "pws" and ct == "port":
+                for c in op["channel_ids"]:
+                    self._signal(i, self._endpoint(i, op, c))
+            return
+        if name == "copy":
+            s, d = src[0], dst[0]
+            if all(self._loc(call, r, s["type"], s["index"] + k) == self._loc(call, r, d["type"], d["index"] + k)
+                   for k in range(s["size"])):
+                return                  # a copy onto itself (an in-place call's own slice) changes nothing
+            values = [self._read(call, r, s["type"], s["index"] + k, i, where) for k in range(s["size"])]
+            for k, v in enumerate(values):
+                self._write(call, r, d["type"], d["index"] + k, v, i, False, where)
+            return
+        if name in ("re", "res"):
+            size = dst[0]["size"]
+            values = []
+            for k in range(size):
+                acc = self._read(call, r, src[0]["type"], src[0]["index"] + k, i, where)
+                for s in src[1:]:
+                    v = self._read(call, r, s["type"], s["index"] + k, i, where)
+                    if acc is None or v is None:
+                        self.cx.add("plan-uninitialised-read", f"{self.label}: {name} sums a chunk nothing had "
+                                    "written", *where, calls=self.calls)
+                        acc = None
+                        continue
+                    try:
+                        acc = reduce_values(acc, v)
+                    except SymbolicError as e:
+                        self.cx.add("plan-double-count", f"{self.label}: {name} {e}", *where, calls=self.calls)
+                        acc = e.value
+                values.append(acc)
+            for k, v in enumerate(values):
+                self._write(call, r, dst[0]["type"], dst[0]["index"] + k, v, i, False, where)
+                for d in dst[1:]:
+                    owner, buf = self.m._remote(r, t, ct, d["buffer_id"])
+                    self._write(call, owner, buf, d["index"] + k, v, i, True, where)
+
+    def _loc(self, call, r, buf, index):
+        return self._key(call, self.m.coll.alias(r, buf, index, self.inplace))
+
+    def _read(self, call, r, buf, index, i, where):
+        loc = (r, self._loc(call, r, buf, index))
+        self._record(loc, i, False, False, where)
+        return self.mem.get(loc)
+
+    def _write(self, call, r, buf, index, value, i, remote, where):
+        key = self._loc(call, r, buf, index)
+        if key[-2] == "i" and buf != "s" and not self.m.coll.input_writable(r, key[-1], self.inplace):
+            self.cx.add("plan-input-write", f"{self.label}: writes input chunk {key[-1]} of rank {r}", *where,
+                        calls=self.calls)
+        loc = (r, key)
+        self._record(loc, i, True, remote, where)
+        self.mem[loc] = value
+
+    def _record(self, loc, i, write, remote, where):
+        self.access[loc].append((i, self.own[i], self.clock[i], write, remote, where))
+
+    def _hb(self, a, b) -> bool:
+        ia, own_a = a[0], a[1]
+        ib, clock_b = b[0], b[2]
+        return ia == ib or clock_b[ia] >= own_a
+
+    def _races(self) -> None:
+        reported = set()
+        for loc in sorted(self.access, key=repr):
+            acc = self.access[loc]
+            last_write = None
+            readers: list = []
+            for x in acc:
+                if x[3]:
+                    for y in ([last_write] if last_write else []) + readers:
+                        if not self._hb(y, x):
+                            self._race(loc, y, x, reported)
+                    last_write, readers = x, []
+                else:
+                    if last_write is not None and not self._hb(last_write, x):
+                        self._race(loc, last_write, x, reported)
+                    readers.append(x)
+
+    def _race(self, loc, y, x, reported) -> None:
+        key = (y[5], x[5])
+        if key in reported:
+            return
+        reported.add(key)
+        r, storage = loc
+        chunk = f"rank {r}'s {'scratch' if storage[0] == 's' else {'i': 'input', 'o': 'output'}[storage[-2]]} " \
+                f"chunk {storage[-1]}"
+        ya, xa = ("writes" if y[3] else "reads"), ("writes" if x[3] else "reads")
+        (gy, ty, oy), (gx, tx, ox) = y[5], x[5]
+        rule = "plan-slot-race" if (x[4] or y[4]) and storage[0] == "s" else "plan-race"
+        self.cx.add(rule, f"{self.label}: gpu {gy} tb {ty} op {oy} {ya} {chunk} and gpu {gx} tb {tx} op {ox} {xa} it, "
+                    "with nothing ordering them", gx, tx, ox, calls=self.calls)
+
+    def _post(self) -> None:
+        coll = self.m.coll
+        for call in range(self.CALLS):
+            for r in range(self.m.n):
+                wrong = []
+                for j in range(coll.out_chunks):
+                    want = coll.expected(r, j)
+                    if want is None:
+                        continue
+                    got = self.mem.get((r, self._loc(call, r, "o", j)))
+                    if got != want:
+                        wrong.append(f"output chunk {j} holds {describe(got)}, expected {describe(want)}")
+                for text in wrong[:3]:
+                    self.cx.add("plan-postcondition", f"{self.label}, call {call + 1}: gpu {r}: {text}", gpu=r,
+                                calls=self.calls)

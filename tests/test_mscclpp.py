@@ -1,0 +1,263 @@
+"""MSCCL++ execution plans: written from the Programs colls makes, proved by the plan verifier, refused
+where MSCCL++'s limits do not hold them, and mutated plans rejected with the rule that names the fault."""
+
+import copy
+import json
+
+import pytest
+
+from colls import mscclpp, pipeline
+from colls.collectives import Collective
+from colls.errors import CollsError
+from colls.inputs import hardware
+from colls.verify.plan import PLAN_RULES, verify_plan
+
+KINDS = ("allgather", "reducescatter", "allreduce", "alltoall")
+# what does not fit 64 ops per threadblock: a ring threadblock makes every step of its ring
+REFUSED = {(1, "ring", "allreduce"), (2, "ring", "allgather"), (2, "ring", "reducescatter"),
+           (2, "ring", "allreduce")}
+_TOPOS: dict = {}
+_PROGRAMS: dict = {}
+
+
+def topo(nodes):
+    if nodes not in _TOPOS:
+        _TOPOS[nodes] = hardware.load_topology("dgx-a100", nodes=nodes)
+    return _TOPOS[nodes]
+
+
+def program(nodes, method, kind):
+    key = (nodes, method, kind)
+    if key not in _PROGRAMS:
+        t = topo(nodes)
+        _PROGRAMS[key] = pipeline.compile_schedule(t, Collective(kind, t.ngpus), method).program
+    return _PROGRAMS[key]
+
+
+CASES = [(n, m, k) for n in (1, 2) for m in ("ring", "direct", "trees") for k in KINDS
+         if not (m == "trees" and k == "alltoall")]
+
+
+@pytest.mark.parametrize("nodes,method,kind", CASES, ids=lambda v: str(v))
+def test_plans_verify_or_are_refused_by_the_op_limit(nodes, method, kind):
+    prog = program(nodes, method, kind)
+    if (nodes, method, kind) in REFUSED:
+        with pytest.raises(CollsError, match="at most 64 per threadblock"):
+            mscclpp.plan_of(prog, topo(nodes), name=f"{method}-{kind}")
+        return
+    plan = mscclpp.plan_of(prog, topo(nodes), name=f"{method}-{kind}-{nodes}n")
+    modes = (False, True) if nodes == 1 or (method, kind) != ("trees", "allreduce") else (True,)
+    for inplace in modes:
+        report = verify_plan(plan, kind, "<plan>", inplace=inplace)
+        assert report.ok, report.format()
+        assert report.facts["semantics_checked"]
+    assert max(len(tb["ops"]) for g in plan["gpus"] for tb in g["threadblocks"]) <= 64
+    # cross-node connections use port channels, one node memory channels only
+    types = {ch["channel_type"] for g in plan["gpus"] for ch in g["channels"]}
+    assert types == ({"memory"} if nodes == 1 else {"memory", "port"})
+    # every put lands in a peer's scratch, never its input or output
+    assert all(rb["type"] == "s" for g in plan["gpus"] for rb in g["remote_buffers"])
+
+
+def test_emission_is_deterministic_and_round_trips():
+    prog = program(1, "direct", "allreduce")
+    a = mscclpp.dumps(mscclpp.plan_of(prog, topo(1), name="d"))
+    b = mscclpp.dumps(mscclpp.plan_of(copy.deepcopy(prog), topo(1), name="d"))
+    assert a == b and a.endswith("\n")
+    assert list(json.loads(a))[:6] == ["name", "collective", "protocol", "inplace", "reuse_resources", "gpus"]
+    assert mscclpp.load(a, "d.json") == json.loads(a)
+
+
+def test_load_names_the_file_and_key():
+    plan = json.loads(mscclpp.dumps(mscclpp.plan_of(program(1, "direct", "allgather"), topo(1), name="d")))
+    del plan["gpus"][2]["threadblocks"][1]["ops"]
+    with pytest.raises(CollsError, match=r"p\.json: gpus\[2\]\.threadblocks\[1\]\.ops: missing"):
+        mscclpp.load(json.dumps(plan), "p.json")
+    with pytest.raises(CollsError, match="p.json: not JSON"):
+        mscclpp.load("{", "p.json")
+
+
+def test_non_sum_reduction_and_unknown_collective_are_refused():
+    prog = copy.deepcopy(program(1, "direct", "reducescatter"))
+    prog.extra["redop"] = "max"
+    with pytest.raises(CollsError, match="always sums"):
+        mscclpp.plan_of(prog, topo(1), name="x")
+    prog = copy.deepcopy(program(1, "direct", "allgather"))
+    prog.coll = "broadcast"
+    with pytest.raises(CollsError, match="not 'broadcast'"):
+        mscclpp.plan_of(prog, topo(1), name="x")
+
+
+def test_max_message_size_keeps_offsets_in_uint32():
+    plan = mscclpp.plan_of(program(1, "direct", "allgather"), topo(1), name="d")
+    g = plan["gpus"][0]
+    chunk = plan["max_message_size"] // g["output_chunks"]
+    assert chunk % 16 == 0
+    assert max(g["input_chunks"], g["output_chunks"], g["scratch_chunks"]) * chunk <= 2**32 - 1
+
+
+# --------------------------------------------------------------------------------------------------
+# mutations: each must be rejected with the rule that names it
+# --------------------------------------------------------------------------------------------------
+
+def base(method="ring", kind="allgather"):
+    return json.loads(mscclpp.dumps(mscclpp.plan_of(program(1, method, kind), topo(1), name="m")))
+
+
+def ops_of(plan, gpu, tb):
+    return plan["gpus"][gpu]["threadblocks"][tb]["ops"]
+
+
+def first(ops, name, start=0):
+    return next(i for i, op in enumerate(ops) if i >= start and op["name"] == name)
+
+
+def rules(plan, kind="allgather"):
+    report = verify_plan(plan, kind, "<mutant>", inplace=False)
+    assert not report.ok
+    return report.rules()
+
+
+def test_mutant_operand_out_of_range():
+    plan = base()
+    ops = ops_of(plan, 0, 0)
+    ops[first(ops, "copy")]["dst_buff"][0]["index"] = 8
+    assert "plan-operand" in rules(plan)
+
+
+def test_mutant_missing_wait():
+    plan = base()
+    ops = ops_of(plan, 3, 0)
+    del ops[first(ops, "wait")]
+    assert "plan-signal-wait" in rules(plan)
+
+
+def test_mutant_deleted_signal():
+    plan = base()
+    ops = ops_of(plan, 2, 0)
+    del ops[first(ops, "signal", first(ops, "put"))]
+    assert "plan-signal-wait" in rules(plan)
+
+
+def test_mutant_wrong_peer():
+    plan = base("direct", "allgather")
+    g = plan["gpus"][0]
+    used = {rb["rank"] for rb in g["remote_buffers"]}
+    g["remote_buffers"][0]["rank"] = next(p for p in range(1, 8) if p != g["remote_buffers"][0]["rank"]
+                                          and p in used)
+    assert "plan-wrong-peer" in rules(plan)
+
+
+def test_mutant_chunk_count_mismatch():
+    plan = base()
+    plan["gpus"][1]["output_chunks"] += 1
+    assert "plan-chunks" in rules(plan)
+
+
+def test_mutant_too_many_ops():
+    plan = base()
+    ops_of(plan, 0, 0).extend({"name": "nop"} for _ in range(30))
+    assert "plan-op-count" in rules(plan)
+
+
+def test_mutant_threadblock_ids_out_of_order():
+    plan = base()
+    tbs = plan["gpus"][4]["threadblocks"]
+    tbs[0]["id"], tbs[1]["id"] = tbs[1]["id"], tbs[0]["id"]
+    assert "plan-tb-id" in rules(plan)
+
+
+def test_mutant_channel_id_out_of_range():
+    plan = base()
+    ops = ops_of(plan, 5, 0)
+    ops[first(ops, "wait")]["channel_ids"] = [5]
+    assert "plan-channel-id" in rules(plan)
+
+
+def test_mutant_put_into_an_unconsumed_slot():
+    """The third put of a connection goes into the second slot, whose message the receiver may not have
+    consumed: its credit so far only says the first slot is free."""
+    plan = base()
+    ops = ops_of(plan, 0, 0)
+    puts = [i for i, op in enumerate(ops) if op["name"] == "put"]
+    slot1 = ops[puts[1]]["dst_buff"][0]["index"]
+    ops[puts[2]]["dst_buff"][0]["index"] = slot1
+    assert "plan-slot-race" in rules(plan)
+
+
+def test_mutant_non_sum_reduce_op():
+    plan = base("ring", "reducescatter")
+    ops = ops_of(plan, 0, 0)
+    ops[first(ops, "res")]["reduce_op"] = "max"
+    assert "plan-reduce-op" in rules(plan, "reducescatter")
+
+
+def test_mutant_missing_nop_after_wait():
+    plan = base()
+    ops = ops_of(plan, 6, 0)
+    w = first(ops, "wait")
+    assert ops[w + 1]["name"] == "nop"
+    del ops[w + 1]
+    assert "plan-thread-sync" in rules(plan)
+
+
+def test_mutant_grants_after_the_first_receive_deadlock():
+    """The receiver grants its slots only after its first receive: the sender waits for a credit the
+    receiver gives only once it has received, and neither moves."""
+    plan = base()
+    for g in plan["gpus"]:
+        for tb in g["threadblocks"]:
+            ops = tb["ops"]
+            grants = []
+            while ops and ops[0]["name"] == "signal":
+                grants.append(ops.pop(0))
+            ops.extend([{"name": "nop"}] + grants)
+    assert rules(plan) == {"plan-deadlock"}
+
+
+def test_mutant_gpu_id_and_missing_key():
+    plan = base()
+    plan["gpus"][3]["id"] = 4
+    assert "plan-gpu-id" in rules(plan)
+    plan = base()
+    del plan["protocol"]
+    assert rules(plan) == {"plan-key"}
+
+
+def test_mutant_unsafe_ops():
+    plan = base()
+    ops = ops_of(plan, 0, 0)
+    ops[first(ops, "put")]["name"] = "pws"
+    assert "plan-op-unsafe" in rules(plan)
+
+
+def test_every_rule_has_an_effect_or_is_a_warning():
+    assert all(text for _, text in PLAN_RULES.values())
+
+
+def test_verify_command_reads_plans(tmp_path):
+    """``colls verify`` on a plan: exit 0 when proved, 1 when invalid (with the rule), 2 with one line when the
+    file is not a plan at all."""
+    import subprocess
+    import sys
+
+    def run(*args):
+        proc = subprocess.run([sys.executable, "-c", "from colls.cli import main; main()", *args],
+                              capture_output=True, text=True)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    plan = json.loads(mscclpp.dumps(mscclpp.plan_of(program(1, "direct", "allgather"), topo(1), name="d")))
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(plan))
+    rc, out, err = run("verify", str(good))
+    assert rc == 0, (out, err)
+    ops = plan["gpus"][1]["threadblocks"][0]["ops"]
+    del ops[next(i for i, op in enumerate(ops) if op["name"] == "wait")]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(plan))
+    rc, out, err = run("verify", str(bad))
+    assert rc == 1 and "plan-signal-wait" in out, (out, err)
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    rc, out, err = run("verify", str(broken))
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "broken.json" in err and "Traceback" not in err
