@@ -371,3 +371,19 @@ def test_a_long_ring_costs_its_transient_not_its_length():
     full = run(m, 1 << 16, for_protocol("Simple"), extrapolate=False, **kw)
     assert fast.time_us == pytest.approx(full.time_us, rel=1e-9)
     assert fast.extrapolated_steps >= 30 and fast.events * 4 < full.events
+
+
+@pytest.mark.parametrize("hw,nodes,target,searched", [("dgx-a100", 2, "exe", 16), ("mi250", 2, "rccl", 16),
+                                                       ("mi250", 1, "rccl", 8)])
+def test_the_runtimes_ring_channels_beyond_the_searched_rings_run_them_again(hw, nodes, target, searched):
+    """NCCL and RCCL search at most half their channels' rings and copy them onto the channels after them
+    (channel c + n runs channel c's ring); RCCL copies four times on one MI250 node. The baseline's 32-channel
+    ring does the same, so its channels past the searched ones are alike and simulated once."""
+    from colls.runtimes import get_target
+    from colls.simulate.defaults import ring_orders, searched_rings
+    topo = load_topology(hw, nodes=nodes)
+    assert searched_rings(topo, get_target(target), 32) == searched
+    orders = ring_orders(topo, "allreduce", [4, 32], searched)
+    assert len(orders[32]) == 32
+    assert all(orders[32][j] == orders[32][j % searched] for j in range(32))
+    assert len(set(orders[4])) == 4 == len(orders[4])

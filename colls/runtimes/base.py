@@ -32,6 +32,10 @@ class Target:
     max_files: int | None = None   # files it keeps at most (None: every file of its folder)
     runtime: str = ""              # the runtime whose own algorithms run calls no file takes, and its version
     algorithms: tuple[str, ...] = ("ring", "tree")  # what that runtime runs by itself (colls.simulate.defaults)
+    # channels per ring its topology search finds: the channels after the searched ones run those rings again
+    # (NCCL src/graph/connect.cc ncclTopoPostset doubles them; colls.simulate.defaults.searched_rings)
+    ring_copies: int = 2
+    single_node_ring_copies: tuple = ()   # (GPU model, copies) when every rank is on one node
 
     def coll_name(self, kind: str) -> str:
         """How this runtime spells a collective in the `coll` attribute."""

@@ -149,7 +149,8 @@ class Baseline:
             per_channel = 2 if kind == "allgather" else 1
             counts = [c for c in counts if c * per_channel <= sms]
             last_error = f"{per_channel} threadblocks per channel, {sms} SMs"
-            for channels, orders in sorted(defaults.ring_orders(topology, kind, counts).items()):
+            searched = defaults.searched_rings(topology, tgt, top)
+            for channels, orders in sorted(defaults.ring_orders(topology, kind, counts, searched).items()):
                 program, machine = defaults.ring_machine(topology, kind, orders, target=target)
                 entries.append(({"channels": channels}, program, machine))
         elif algorithm == "tree" and kind == "allreduce" and topology.ngpus > 1:

@@ -190,15 +190,43 @@ def nccl_program(topology: Topology, collective: Collective, algorithm: str, *, 
 NATIVE_RING = ("allreduce", "allgather", "reducescatter")
 
 
-def ring_orders(topology: Topology, kind: str, counts) -> dict[int, list[tuple]]:
+def ring_orders(topology: Topology, kind: str, counts, searched: int | None = None) -> dict[int, list[tuple]]:
     """The rank order of each ring NCCL's ring runs with ``count`` channels, for every count in ``counts``:
     colls' ring planner (:mod:`colls.synth.ring`; one ring per channel, NVLink inside a node, one NIC out
     and one in per node, channels spread over the rails), asked once for all counts, each node's part
-    then taken in NCCL's order on a switch node (:func:`_neighbours_first`)."""
+    then taken in NCCL's order on a switch node (:func:`_neighbours_first`).
+
+    ``searched``: the most rings the runtime's search finds (:func:`searched_rings`); a count above it runs
+    them again on the channels after them (channel ``j`` runs ring ``j mod searched``), as the runtime's
+    channels beyond the searched ones copy them."""
     from colls.synth.ring import _Planner
-    sets = _Planner(topology).ring_sets(sorted(set(counts)))
+    counts = sorted(set(counts))
+    distinct = {k: k if searched is None else min(k, searched) for k in counts}
+    sets = _Planner(topology).ring_sets(sorted(set(distinct.values())))
     switched = {r: group for group in _nodes(topology) if _all_switched(topology, group) for r in group}
-    return {k: [_neighbours_first(ring.order, switched) for ring in rings] for k, rings in sets.items()}
+    out = {}
+    for k in counts:
+        d = distinct[k]
+        fewer = [c for c in sets if c <= d]
+        if d not in sets and (d == k or not fewer):
+            continue                    # the planner leaves out a count that carries no more than a smaller one
+        rings = [_neighbours_first(ring.order, switched) for ring in sets[d if d in sets else max(fewer)]]
+        out[k] = [rings[j % len(rings)] for j in range(k)]
+    return out
+
+
+def searched_rings(topology: Topology, tgt: Target, channels: int) -> int:
+    """The most distinct rings the runtime's own ring runs on ``channels`` channels at most: its topology
+    search finds at most half of them and every channel after the searched ones runs a searched ring again.
+    NCCL (``src/init.cc``: ``ringGraph->maxChannels = MAXCHANNELS/2``; ``src/graph/connect.cc``
+    ``ncclTopoPostset``: "Duplicate channels rings/trees", channel ``c + nChannels`` gets channel ``c``'s
+    ring prev and next, then ``nChannels*2``) and RCCL (the same ``ncclTopoPostset``, its duplication factor
+    ``nc`` 2, and 4 on a single MI250 node: ``src/init.cc`` ``allGather3Data[rank].nc``, see
+    :data:`colls.runtimes.rccl.SINGLE_NODE_RING_COPIES`)."""
+    copies = tgt.ring_copies
+    if len(_nodes(topology)) == 1:
+        copies = dict(tgt.single_node_ring_copies).get(topology.gpu_model(), copies)
+    return max(1, channels // copies)
 
 
 def _all_switched(topology: Topology, group: list[int]) -> bool:
