@@ -35,8 +35,8 @@ the set of flows.
 
 **Steady state, extrapolated exactly.** Every full-size pass does the same work, so the engine watches for
 the state to repeat: when the threadblock with most steps begins a pass it records the whole state *relative to that pass*
-(every threadblock's pass offset and position, every connection's counts, every flow's remaining bytes,
-every pending event's time from now), rounded to 1e-9 us and 1e-6 bytes. When a recorded state recurs
+(every threadblock's pass offset and position, every connection's counts, every flow's time to its end,
+every pending event's time from now), rounded to 1e-9 us. When a recorded state recurs
 ``d`` passes and ``P`` microseconds later, the future repeats too (the engine is deterministic and the passes
 ahead are the same size), so the engine moves every threadblock ``J x d`` passes ahead, the clock ``J x P``
 and the links' byte counts ``J`` times their growth over one period, for the largest ``J`` that keeps
@@ -68,6 +68,7 @@ from colls.verify.structure import kernel_numbers
 
 BIG = 1 << 24                       # published flag = pass * BIG + step number (steps per tb < 2^24)
 TIME_EPS = 1e-9                     # us: events this close are one batch
+FINISH_GATE = 1e-6                  # us: no flow is done while the earliest finish is further ahead than this
 _START, _LOCAL_DONE, _ARRIVE = 0, 1, 2
 MAX_TIMELINE_INTERVALS = 400_000    # per call; a timeline asks for one size, this bounds its memory
 
@@ -291,14 +292,20 @@ class _Run:
         self.heap: list = []
         self.seq = 0
         self.now = 0.0
-        # the flows in flight, as arrays: threadblock, remaining wire bytes, rate; and their links as
-        # (link, flow) entries. New flows wait in ``pending`` until the next rebuild.
-        self.f_ti = np.zeros(0, dtype=np.int64)
-        self.f_rem = np.zeros(0)
-        self.f_rate = np.zeros(0)
-        self.e_link = np.zeros(0, dtype=np.int64)
-        self.e_own = np.zeros(0, dtype=np.int64)
-        self.e_w = np.zeros(0)                           # flows of the entry's class per link (symmetry)
+        # the flows in flight, one slot per connection (a connection carries one message at a time): whether
+        # it moves, its rate and the time it will finish at that rate (its remaining bytes are rate x (finish
+        # - now), so nothing changes between rebuilds); every connection's links as (link, connection)
+        # entries, laid out once. New flows wait in ``pending`` until the next rebuild.
+        self.f_on = np.zeros(C, dtype=bool)
+        self.f_rate = np.zeros(C)
+        self.f_fin = np.full(C, math.inf)
+        self.t_min = math.inf                            # the earliest finish
+        self.nflows = 0
+        self.conn_ti = np.array(m.conn_sender, dtype=np.int64)
+        lens = [len(x) for x in m.conn_links]
+        self.e_link = np.concatenate(m.conn_links) if C else np.zeros(0, dtype=np.int64)
+        self.e_conn = np.repeat(np.arange(C), lens)
+        self.e_w = np.concatenate(m.conn_weight) if C else np.zeros(0)    # flows of the entry's class per link
         self.pending: list = []
         self.rates_dirty = False
         self.tb_cap_arr = np.array(self.tb_cap, dtype=float)
@@ -389,7 +396,7 @@ class _Run:
                 self.complete(ti)
                 return
             for c in outs:              # one flow per peer, each at the threadblock's copy rate
-                self.pending.append((ti, m.conn_links[c], wire, m.conn_weight[c]))
+                self.pending.append((c, wire))
             self.flows_left[ti] = len(outs)
             self.rates_dirty = True
         else:
@@ -444,8 +451,8 @@ class _Run:
             self.snap_due = True
 
     # --- flows ---------------------------------------------------------------------------------------
-    def rebuild(self, keep=None):
-        """Drop finished flows (``keep`` false), add the pending ones, and bring the rates up to date.
+    def rebuild(self, gone=()):
+        """Drop the finished flows (connections ``gone``), add the pending ones, and bring the rates up to date.
 
         The max-min allocation is recomputed only when it can change. A finished flow none of whose links
         is full was no flow's bottleneck (a bottleneck link is full), so the others keep their rates; a new
@@ -453,55 +460,73 @@ class _Run:
         others keep theirs (the allocation stays max-min fair: every old flow keeps its full bottleneck
         link or its cap). Anything else is recomputed from scratch.
         """
-        cap, load = self.m.link_cap, self.load
-        full = cap - load <= cap * 1e-9
+        m = self.m
+        cap, load = m.link_cap, self.load
+        rate, fin = self.f_rate, self.f_fin
         incremental = True
-        if keep is not None and not keep.all():
-            gone = ~keep
-            e_gone = gone[self.e_own]
-            if full[self.e_link[e_gone]].any():
-                incremental = False
-            load -= np.bincount(self.e_link[e_gone], weights=self.f_rate[self.e_own[e_gone]] * self.e_w[e_gone],
-                                minlength=len(cap))
-            e_keep = ~e_gone
-            renum = np.cumsum(keep) - 1
-            self.e_link, self.e_w = self.e_link[e_keep], self.e_w[e_keep]
-            self.e_own = renum[self.e_own[e_keep]]
-            self.f_ti, self.f_rem, self.f_rate = self.f_ti[keep], self.f_rem[keep], self.f_rate[keep]
+        if len(gone):
+            full = cap - load <= cap * 1e-9
+            for c in gone:
+                links = m.conn_links[c]
+                if incremental and full[links].any():
+                    incremental = False
+                if incremental:
+                    np.subtract.at(load, links, rate[c] * m.conn_weight[c])
+            self.f_on[gone] = False
+            rate[gone] = 0.0
+            fin[gone] = math.inf
+            self.nflows -= len(gone)
         if self.pending:
-            n0 = len(self.f_ti)
             new = self.pending
             self.pending = []
-            new_cap = self.tb_cap_arr[[f[0] for f in new]]
-            for (ti, links, _, w), c in zip(new, new_cap):
-                if incremental and (cap[links] - load[links] >= c * w * (1 + 1e-9)).all():
-                    load[links] += c * w
+            now = self.now
+            for c, wire in new:
+                links, w = m.conn_links[c], m.conn_weight[c]
+                c_cap = self.tb_cap[m.conn_sender[c]]
+                if incremental and (cap[links] - load[links] >= c_cap * w * (1 + 1e-9)).all():
+                    np.add.at(load, links, c_cap * w)
                 else:
                     incremental = False
-            self.f_ti = np.concatenate([self.f_ti, np.fromiter((f[0] for f in new), np.int64, len(new))])
-            self.f_rem = np.concatenate([self.f_rem, np.fromiter((f[2] for f in new), float, len(new))])
-            self.f_rate = np.concatenate([self.f_rate, new_cap])
-            lens = [len(f[1]) for f in new]
-            self.e_link = np.concatenate([self.e_link] + [f[1] for f in new])
-            self.e_w = np.concatenate([self.e_w] + [f[3] for f in new])
-            self.e_own = np.concatenate([self.e_own, np.repeat(np.arange(n0, n0 + len(new)), lens)])
-        n = len(self.f_ti)
+                self.f_on[c] = True
+                rate[c] = c_cap
+                fin[c] = now + wire / c_cap
+            self.nflows += len(new)
         if not incremental:
-            self.f_rate = (_max_min(self.e_link, self.e_own, n, cap, self.tb_cap_arr[self.f_ti], self.e_w)
-                           if n else np.zeros(0))
-            self.load = np.bincount(self.e_link, weights=self.f_rate[self.e_own] * self.e_w if n else None,
-                                    minlength=len(cap)).astype(float)
+            self._reallocate()
+        self.t_min = float(fin.min()) if self.nflows else math.inf
         if self.timeline:
             self.link_load = self.load / cap
         self.rates_dirty = False
 
+    def _reallocate(self):
+        """Max-min fair rates for every flow in flight, from scratch; each keeps its remaining bytes."""
+        m, now = self.m, self.now
+        on = self.f_on
+        act = np.flatnonzero(on)
+        n = len(act)
+        cap = m.link_cap
+        rate, fin = self.f_rate, self.f_fin
+        rem = rate[act] * (fin[act] - now)
+        if n == 0:
+            self.load = np.zeros(len(cap))
+            return
+        e_on = on[self.e_conn]
+        idx = self.e_link[e_on]
+        renum = np.zeros(len(on), dtype=np.int64)
+        renum[act] = np.arange(n)
+        own = renum[self.e_conn[e_on]]
+        w = self.e_w[e_on]
+        new_rate = _max_min(idx, own, n, cap, self.tb_cap_arr[self.conn_ti[act]], w)
+        rate[act] = new_rate
+        fin[act] = now + rem / new_rate
+        self.load = np.bincount(idx, weights=new_rate[own] * w, minlength=len(cap)).astype(float)
+
     def advance_flows(self, t):
-        if len(self.f_ti):
-            self.f_rem -= self.f_rate * (t - self.now)
-            if self.timeline and t > self.now:
-                for li in np.nonzero(self.link_load > 1e-12)[0]:
-                    kind = "full" if self.link_load[li] >= 0.99 else "partial"
-                    self.record(self.link_iv[li], self.now, t, kind)
+        """The timeline's link lanes up to ``t`` (the flows themselves need no update: see ``f_fin``)."""
+        if self.nflows and self.timeline and t > self.now:
+            for li in np.nonzero(self.link_load > 1e-12)[0]:
+                kind = "full" if self.link_load[li] >= 0.99 else "partial"
+                self.record(self.link_iv[li], self.now, t, kind)
 
     def record(self, lane, a, b, kind):
         if self.iv_count >= MAX_TIMELINE_INTERVALS:
@@ -520,22 +545,22 @@ class _Run:
             self.wake(ti)
         while True:
             t_heap = self.heap[0][0] if self.heap else math.inf
-            t_flow = math.inf
-            if len(self.f_ti):
-                t_flow = self.now + float((self.f_rem / self.f_rate).min())
-            t = min(t_heap, t_flow)
+            t = min(t_heap, self.t_min)
             if t == math.inf:
                 break
             self.advance_flows(t)
             self.now = t
             self.events += 1
-            keep = None
-            if len(self.f_ti):
-                finished = self.f_rem <= self.f_rate * TIME_EPS + 1e-9
-                if finished.any():
-                    keep = ~finished
+            gone = ()
+            if self.t_min <= t + FINISH_GATE:
+                # a flow is done when what it has left is within a nanosecond's worth (and a byte's billionth)
+                near = np.flatnonzero(self.f_fin <= t + FINISH_GATE)      # flows not in flight end at inf
+                rate = self.f_rate[near]
+                gone = near[(self.f_fin[near] - t) * rate <= rate * TIME_EPS + 1e-9]
+                if len(gone):
                     self.rates_dirty = True
-                    for ti in self.f_ti[finished].tolist():
+                    for c in gone.tolist():
+                        ti = m.conn_sender[c]
                         self.flows_left[ti] -= 1
                         if not self.flows_left[ti]:
                             self.complete(ti)
@@ -549,7 +574,7 @@ class _Run:
                     self.arrived[arg] += 1
                     self.wake(m.conn_receiver[arg])
             if self.rates_dirty:
-                self.rebuild(keep)
+                self.rebuild(gone)
             if self.snap_due:
                 self.snap_due = False
                 self.snapshot()
@@ -608,12 +633,18 @@ class _Run:
 
     def _in_flight(self) -> tuple:
         """The part of a recorded state that is relative by nature: messages in each connection, the flows'
-        remaining bytes, the pending events' times from now."""
+        times to their ends, the pending events' times from now."""
         now = self.now
         return (tuple(s - c for s, c in zip(self.sent, self.consumed)),
                 tuple(a - c for a, c in zip(self.arrived, self.consumed)),
-                tuple(sorted(zip(self.f_ti.tolist(), np.round(self.f_rem, 6).tolist()))),
+                self._flows_left_in_time(),
                 tuple(sorted((round(t - now, 9), what, arg) for t, _, what, arg in self.heap)))
+
+    def _flows_left_in_time(self) -> tuple:
+        """The flows in flight as (sending threadblock, microseconds to its end at today's rate), rounded like
+        the events; with the set of flows they fix the remaining bytes (the rates are the set's max-min)."""
+        act = np.flatnonzero(self.f_on)
+        return tuple(sorted(zip(self.conn_ti[act].tolist(), np.round(self.f_fin[act] - self.now, 9).tolist())))
 
     def _skip(self, jumps: int, period: float, bytes_then: np.ndarray):
         """Move the clock ``jumps`` periods ahead, and the links' bytes by as many times their growth since
@@ -621,6 +652,8 @@ class _Run:
         self.now += jumps * period
         self.heap = [(t + jumps * period, s, w, a) for t, s, w, a in self.heap]
         heapq.heapify(self.heap)
+        self.f_fin[self.f_on] += jumps * period
+        self.t_min = float(self.f_fin.min()) if self.nflows else math.inf
         self.act_start = [a + jumps * period for a in self.act_start]
         self.link_bytes = self.link_bytes + jumps * (self.link_bytes - bytes_then)
 
