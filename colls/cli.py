@@ -27,6 +27,7 @@ from colls.program import PROTOCOLS
 from colls.runtimes import TARGETS, get_target
 
 EXIT_INVALID = 1
+PLAN_TARGET = "mscclpp"       # an MSCCL++ JSON execution plan (colls.mscclpp), lowered as for exe
 EXIT_INTERNAL = 1
 EXIT_BAD_INPUT = 2
 INT64_MAX = 2**63 - 1
@@ -232,9 +233,11 @@ def hardware_import(path, output, name, gpu_model, sms, link_bandwidth):
 @click.option("--method", default="ring", show_default=True, metavar="NAME",
               help="Synthesis method: ring, direct, trees, milp.")
 @click.option("-o", "--output", required=True, metavar="FILE",
-              help="Where to write the XML (written only after it verified): a regular file or a new name.")
-@click.option("--target", type=Choice(sorted(TARGETS)), default="exe", show_default=True,
-              help="Runtime: exe (MSCCL executor for NCCL), rccl, old (microsoft/msccl).")
+              help="Where to write the XML, or the plan for --target mscclpp (written only after it verified): a "
+                   "regular file or a new name.")
+@click.option("--target", type=Choice(sorted(TARGETS) + [PLAN_TARGET]), default="exe", show_default=True,
+              help="Runtime: exe (MSCCL executor for NCCL), rccl, old (microsoft/msccl), mscclpp (an MSCCL++ JSON "
+                   "execution plan, MSCCL++ 0.8 and later).")
 @click.option("--instances", type=Whole(1, MAX_COPIES), default=1, show_default=True,
               help="Independent copies of the schedule, each on its own channels.")
 @click.option("--proto", type=Choice(PROTOCOLS), default="Simple", show_default=True)
@@ -265,9 +268,16 @@ def hardware_import(path, output, name, gpu_model, sms, link_bandwidth):
 def synth(hardware, nodes, collective, method, output, target, instances, proto, min_bytes, max_bytes,
           inplace_only, outofplace_only, chunks, root, rings, trees_per_gpu, sketch_path, time_limit, gap, quiet,
           simulate, as_json):
-    """Synthesize a schedule, prove it, and write it as MSCCL XML."""
+    """Synthesize a schedule, prove it, and write it as MSCCL XML (or, with --target mscclpp, as an MSCCL++
+    JSON execution plan)."""
     from colls import files, pipeline
     from colls.synth import METHODS
+    plan_target = target == PLAN_TARGET
+    if plan_target:
+        if proto != "Simple":
+            raise CollsError("MSCCL++ plans colls writes run the Simple protocol (the LL plans of MSCCL++ use packet "
+                             "ops colls does not write)", key="--proto")
+        target = "exe"          # the schedule is lowered as for the MSCCL executor, then written as a plan
     if method not in METHODS:
         raise CollsError(f"expected one of {', '.join(sorted(METHODS))}, got {excerpt(method)}", key="--method")
     if inplace_only and outofplace_only:
@@ -325,6 +335,9 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
                                        progress=(lambda line: click.echo(f"colls: {line}", err=True))
                                        if sys.stderr.isatty() else None)
     result.facts["without"] = list(topo.meta.get("without", []))
+    if plan_target:
+        _write_plan(result, topo, output, mode, simulate, as_json)
+        return
     if simulate:
         from colls.simulate import summary
         summary.add_to(result, curve=as_json)
@@ -335,6 +348,46 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
         _echo_json(dict(result.facts, output=output))
     else:
         click.echo(f"wrote {output}: {result.summary()}")
+
+
+def _write_plan(result, topo, output: str, mode: str, simulate: bool, as_json: bool) -> None:
+    """synth --target mscclpp: the lowered program written as an MSCCL++ plan, proved for every call type the
+    program serves, then written atomically; the summary line as for XML."""
+    from colls import files, mscclpp
+    program = result.program
+    inplace = mode == "inplace"
+    name = f"{program.name}-{'ip' if inplace else 'oop'}"
+    plan, modes = mscclpp.proved_plan(program, topo, name=name, inplace=inplace)
+    text = mscclpp.dumps(plan)
+    f = dict(result.facts, target=PLAN_TARGET, plan_name=name, inplace=inplace, outofplace=not inplace,
+             proved_calls=[("in-place" if m else "out-of-place") for m in modes],
+             max_ops_per_threadblock=max(len(tb["ops"]) for g in plan["gpus"] for tb in g["threadblocks"]),
+             min_bytes=plan["min_message_size"], max_bytes=plan["max_message_size"])
+    for key in ("model_algbw_gbps", "bound_algbw_gbps", "fraction_of_bound", "simulated_busbw_gbps",
+                "runtime_optimum_pct", "simulated_not_run"):
+        f.pop(key, None)
+    if simulate:
+        from colls.simulate import SUMMARY_SIZES, size_text
+        from colls.simulate import plans
+        machine = plans.machine(program, topo, f["collective"])
+        timings = {s: plans.time_plan(plan, program, topo, s, mach=machine) for s in SUMMARY_SIZES}
+        f["simulated_busbw_gbps"] = {size_text(s): t.busbw_gbps for s, t in timings.items()}
+        f["simulated_not_run"] = {size_text(s): t.reason for s, t in timings.items() if not t.served}
+    files.write_atomic(output, text)
+    if as_json:
+        _echo_json(dict(f, output=output))
+        return
+    from colls.pipeline import simulated_words
+    line = (f"{f['collective']} {f['method']} on {f['hardware']}: {f['gpus']} gpus, {f['threadblocks']} "
+            f"threadblocks/gpu, {f['max_ops_per_threadblock']} ops max/threadblock (MSCCL++ runs 64), "
+            f"{f['chunks_per_loop']} chunks per loop; plan {name} for {'in-place' if inplace else 'out-of-place'} "
+            f"calls of {f['min_bytes']} to {f['max_bytes']} bytes; verified for {PLAN_TARGET} "
+            f"({mscclpp.calls_words(modes)} calls proved)")
+    words = simulated_words({"simulated_busbw_gbps": f.get("simulated_busbw_gbps"),
+                             "simulated_not_run": f.get("simulated_not_run")})
+    if words:
+        line += f"; {words} (MSCCL++ plan model)"
+    click.echo(f"wrote {output}: {line}")
 
 
 NCCL_STEPS_BYTES = 8          # a buffer holds NCCL_STEPS slots of at least a byte each
@@ -348,8 +401,9 @@ NCCL_STEPS_BYTES = 8          # a buffer holds NCCL_STEPS slots of at least a by
                    "broadcast and reduce).")
 @click.option("-o", "--output", required=True, metavar="DIR",
               help="The folder to write: new, empty, or one colls compile wrote before (replaced whole).")
-@click.option("--target", type=Choice(sorted(TARGETS)), default="exe", show_default=True,
-              help="Runtime: exe (MSCCL executor for NCCL), rccl, old (microsoft/msccl).")
+@click.option("--target", type=Choice(sorted(TARGETS) + [PLAN_TARGET]), default="exe", show_default=True,
+              help="Runtime: exe (MSCCL executor for NCCL), rccl, old (microsoft/msccl), mscclpp (MSCCL++ plans, "
+                   "with env.sh for 0.8 and register_plans.py for current MSCCL++).")
 @click.option("--root", type=Whole(0, MAX_NODES * MAX_COPIES), default=None,
               help="Root rank of broadcast/reduce (a file serves one root only).")
 @click.option("--methods", default=",".join(("ring", "direct", "trees", "milp")), show_default=True,
@@ -406,17 +460,27 @@ def compile_cmd(hardware, nodes, collective, output, target, root, methods, size
     started = time.perf_counter()
     say = (lambda line: None) if quiet else \
         (lambda line: click.echo(f"colls: [{time.perf_counter() - started:5.0f} s] {line}", err=True))
-    plans = comp.plan(topo, kinds, target=target, root=root, sizes=size_list, methods=names, sketch=sketch,
-                      milp_options=milp_options, jobs=jobs or comp.default_jobs(), progress=say,
-                      margin=None if margin is None else margin / 100)
-    say("proving the chosen files")
-    comp.lower_files(plans, target, jobs or comp.default_jobs())
-    written = comp.write(plans, output, topo, target)
+    common = dict(sizes=size_list, methods=names, sketch=sketch, milp_options=milp_options,
+                  jobs=jobs or comp.default_jobs(), progress=say, margin=None if margin is None else margin / 100)
+    if target == PLAN_TARGET:
+        if root is not None:
+            raise CollsError("MSCCL++ plans are written for allreduce, allgather, reducescatter and alltoall",
+                             key="--root")
+        plans = comp.plan_mscclpp(topo, kinds, **common)
+        say("writing and proving the chosen plans")
+        comp.lower_plans(plans)
+        written = comp.write_plans(plans, output, topo)
+        what = f"plan(s) in {output}/{comp.PLANS}, README.md, env.sh, {comp.REGISTER}"
+    else:
+        plans = comp.plan(topo, kinds, target=target, root=root, **common)
+        say("proving the chosen files")
+        comp.lower_files(plans, target, jobs or comp.default_jobs())
+        written = comp.write(plans, output, topo, target)
+        what = f"file(s) in {output}/{comp.ALGORITHMS}, README.md, env.sh"
     if as_json:
         _echo_json(comp.to_json(plans, output, written, target))
         return
-    click.echo(f"wrote {output}: {len(written)} file(s) in {output}/{comp.ALGORITHMS}, README.md, env.sh "
-               f"(modelled on {topo.name}, {topo.ngpus} GPUs, target {target})")
+    click.echo(f"wrote {output}: {len(written)} {what} (modelled on {topo.name}, {topo.ngpus} GPUs, target {target})")
     for line in comp.summary_lines(plans, target):
         click.echo(f"  {line}")
 
@@ -539,7 +603,7 @@ BASELINES = ("nccl", "nccl-ring", "nccl-tree", "nccl-nvls")
 
 
 @cli.command(name="simulate")
-@click.argument("paths", metavar="[FILE.xml]...", nargs=-1)
+@click.argument("paths", metavar="[FILE.xml|FILE.json]...", nargs=-1)
 @_hardware_options
 @click.option("--sizes", default="1KB:4GB", show_default=True,
               help="Call sizes: FIRST:LAST (every power of two between), FIRST:LAST:FACTOR or a comma list; "
@@ -563,7 +627,8 @@ BASELINES = ("nccl", "nccl-ring", "nccl-tree", "nccl-nvls")
 @click.option("--json", "as_json", is_flag=True, help="Every number, as JSON.")
 def simulate_cmd(paths, hardware, nodes, sizes, inplace, target, baseline, collective, root, plot_path,
                  timeline_path, timeline_size, as_json):
-    """Time MSCCL files (from any generator) on a machine, per call size, and show where the time goes.
+    """Time MSCCL files (from any generator), or MSCCL++ plans colls wrote (FILE.json), on a machine, per call
+    size, and show where the time goes.
 
     Each file is verified first: an invalid file is refused. See the README's "Simulating" section for
     the model and how to read its output.
@@ -590,6 +655,24 @@ def simulate_cmd(paths, hardware, nodes, sizes, inplace, target, baseline, colle
     if len(outputs) == 2 and os.path.abspath(plot_path) == os.path.abspath(timeline_path):
         raise CollsError("--plot and --timeline name the same file", key="--timeline")
     texts = [(p, files.read_text(p, files.MAX_XML_BYTES, option="FILE")) for p in paths]
+    plans = [p for p, text in texts if text.lstrip().startswith("{")]     # MSCCL++ plans colls wrote
+    if plans:
+        if len(plans) != len(texts):
+            raise CollsError(f"{excerpt(plans[0], 80)} is an MSCCL++ plan and the other FILEs are not: time plans "
+                             "and MSCCL files in separate runs", key="FILE")
+        given = [o for o, v in (("--plot", plot_path), ("--timeline", timeline_path), ("--collective", collective),
+                                ("--root", root)) if v is not None]
+        if given or target != "exe":
+            raise CollsError("applies to MSCCL files, not MSCCL++ plans", key=given[0] if given else "--target")
+        from colls.simulate import plans as plan_sim
+        topo = _load(hardware, nodes)
+        text, data = plan_sim.run_files(texts, topo, size_list, inplace=inplace, baseline=baseline,
+                                        warn=lambda line: click.echo(f"colls: warning: {line}", err=True))
+        if as_json:
+            _echo_json(data)
+        else:
+            click.echo(text)
+        return
     topo = _load(hardware, nodes)
     if root is not None:
         _check_root(root, topo)
@@ -622,8 +705,14 @@ def explain_cmd(paths, ranks, size, dtype, inplace, target, collective, channels
     Exit 0 whether or not a file matches; 2 for bad input.
     """
     from colls import explain
-    result = explain.explain(list(paths), ranks=ranks, size=size, collective=collective, dtype=dtype,
-                             inplace=inplace, target=target, channels=channels)
+    if len(paths) == 1 and explain.plans_folder(paths[0]):     # colls compile --target mscclpp wrote it
+        if channels is not None:
+            raise CollsError("applies to MSCCL folders, not MSCCL++ plans", key="--channels")
+        result = explain.explain_plans(paths[0], ranks=ranks, size=size, collective=collective, dtype=dtype,
+                                       inplace=inplace)
+    else:
+        result = explain.explain(list(paths), ranks=ranks, size=size, collective=collective, dtype=dtype,
+                                 inplace=inplace, target=target, channels=channels)
     for line in result.warnings:
         click.echo(f"colls: warning: {printable(' '.join(line.split()), 600)}", err=True)
     if as_json:

@@ -62,6 +62,9 @@ ALL = ("allreduce", "allgather", "reducescatter", "alltoall")   # --collective a
 OLD_MAX_FILES = get_target("old").max_files  # MSCCL_XML_FILES holds at most 4 files in the older runtime
 MARKER = "<!-- written by colls compile -->"
 ALGORITHMS = "algorithms"
+PLAN_TARGET = "mscclpp"     # MSCCL++ JSON execution plans (colls.mscclpp); the schedules are lowered as for exe
+PLANS = "plans"             # the folder of plans (MSCCLPP_EXECUTION_PLAN_DIR: nothing else may be in it)
+REGISTER = "register_plans.py"
 
 
 @dataclass
@@ -87,6 +90,7 @@ class Range:
     file: str | None = None
     compiled: object = None
     note: str | None = None
+    plans: list = field(default_factory=list)     # --target mscclpp: (file name, plan) per call type
 
 
 @dataclass
@@ -293,7 +297,7 @@ def _ranges(methods, nccl, sizes, target, margins) -> list[Range]:
     for k, r in enumerate(ranges):
         r.min_bytes = 0 if k == 0 else sizes[r.first - 1] + 1
         last = k == len(ranges) - 1
-        r.max_bytes = 0 if last else sizes[r.last] + (1 if target == "old" else 0)
+        r.max_bytes = 0 if last else sizes[r.last] + (1 if target in ("old", PLAN_TARGET) else 0)
     return ranges
 
 
@@ -314,22 +318,29 @@ def _keep_old_files(plans) -> None:
         r.winner = None
 
 
-def lower_files(plans, target: str, jobs: int = 1) -> None:
-    """Lower and prove each range's file (with its byte range and protocol), in ``jobs`` processes; name it."""
-    chosen, tasks = [], []
+def _chosen(plans):
+    """(plan, range, its number among the collective's files, the variant that won it) for each range a file
+    or plan takes."""
     for p in plans:
         count = 0
         for r in p.ranges:
             if r.winner is None:
                 continue
-            name, index, proto = r.winner
-            base = next(m for m in p.methods if m.name == name).variants[index]
+            name, index, _ = r.winner
             count += 1
-            root = f"-root{p.root}" if p.root is not None else ""
-            r.file = f"{p.kind}{root}-{count:02d}-{name}-{proto}-x{base.facts['instances']}.xml"
-            chosen.append(r)
-            tasks.append((None, partial(pipeline.relower, base, proto=proto, min_bytes=r.min_bytes,
-                                        max_bytes=r.max_bytes)))
+            yield p, r, count, next(m for m in p.methods if m.name == name).variants[index]
+
+
+def lower_files(plans, target: str, jobs: int = 1) -> None:
+    """Lower and prove each range's file (with its byte range and protocol), in ``jobs`` processes; name it."""
+    chosen, tasks = [], []
+    for p, r, count, base in _chosen(plans):
+        name, _, proto = r.winner
+        root = f"-root{p.root}" if p.root is not None else ""
+        r.file = f"{p.kind}{root}-{count:02d}-{name}-{proto}-x{base.facts['instances']}.xml"
+        chosen.append(r)
+        tasks.append((None, partial(pipeline.relower, base, proto=proto, min_bytes=r.min_bytes,
+                                    max_bytes=r.max_bytes)))
     for r, compiled in zip(chosen, _in_processes(tasks, jobs, lambda line: None)):
         r.compiled = compiled
 
@@ -419,7 +430,7 @@ def _bytes_words(r: Range, target: str) -> str:
     lo = size_text(r.min_bytes) if r.min_bytes else "0"
     if not r.max_bytes:
         return f"{lo} and up"
-    hi = r.max_bytes - 1 if target == "old" else r.max_bytes
+    hi = r.max_bytes - 1 if target in ("old", PLAN_TARGET) else r.max_bytes
     return f"{lo} to {size_text(hi)}"
 
 
@@ -467,14 +478,8 @@ def readme(plans, topology, target: str) -> str:
         out += [f"## {_label(p)}", "", "| call sizes (bytes) | runs | file | busbw | of optimum | NCCL's modelled "
                 "busbw |", "|---|---|---|---|---|---|"]
         for r in p.ranges:
-            ends = sorted({r.first, r.last})
-            ours = " / ".join(f"{size_text(p.sizes[i])}: {_bw(p.best_timing(i))}" for i in ends)
-            pct = " / ".join("n/a" if p.best_timing(i) is None or p.best_timing(i).bound_pct is None
-                             else f"{p.best_timing(i).bound_pct:.0f}%"
-                             for i in ends)
-            nccl = " / ".join(_nccl_words(p.nccl[i]) for i in ends)
             file = f"`{ALGORITHMS}/{r.file}`" if r.file else (r.note or "none")
-            out.append(f"| {_bytes_words(r, target)} | {_winner_words(r)} | {file} | {ours} | {pct} | {nccl} |")
+            out.append(_readme_row(p, r, target, _winner_words(r), file))
         if p.notes:
             out += [""] + [f"Note: {n}" for n in p.notes]
         refused = [m for m in p.methods if m.refused]
@@ -488,6 +493,17 @@ def readme(plans, topology, target: str) -> str:
                     "the margin; not simulated further, so its curve stops there): " + "; ".join(beyond) + "."]
         out += ["", f"![{_label(p)}]({_label(p)}.png)", ""]
     return "\n".join(out) + "\n"
+
+
+def _readme_row(p: Plan, r: Range, target: str, runs: str, files: str) -> str:
+    """A range's row of a README table: sizes, what runs, its files, busbw and share of the optimum at the
+    range's ends, NCCL's modelled busbw there."""
+    ends = sorted({r.first, r.last})
+    ours = " / ".join(f"{size_text(p.sizes[i])}: {_bw(p.best_timing(i))}" for i in ends)
+    pct = " / ".join("n/a" if p.best_timing(i) is None or p.best_timing(i).bound_pct is None
+                     else f"{p.best_timing(i).bound_pct:.0f}%" for i in ends)
+    nccl = " / ".join(_nccl_words(p.nccl[i]) for i in ends)
+    return f"| {_bytes_words(r, target)} | {runs} | {files} | {ours} | {pct} | {nccl} |"
 
 
 def env_sh(plans, target: str) -> str:
@@ -551,7 +567,9 @@ def to_json(plans, directory: str, written: list, target: str) -> dict:
         for r in p.ranges:
             timings = [p.best_timing(i) for i in range(r.first, r.last + 1)]
             ranges.append({
-                "min_bytes": r.min_bytes, "max_bytes": r.max_bytes, "file": r.file and f"{ALGORITHMS}/{r.file}",
+                "min_bytes": r.min_bytes, "max_bytes": r.max_bytes,
+                "file": r.file and f"{PLANS if target == PLAN_TARGET else ALGORITHMS}/{r.file}",
+                "plans": [f"{PLANS}/{f}" for f, _ in r.plans],
                 "method": r.winner and r.winner[0], "instances": r.compiled and r.compiled.facts["instances"],
                 "chunks_per_loop": r.compiled and r.compiled.program.nchunksperloop,
                 "protocol": r.winner and r.winner[2], "note": r.note,
@@ -566,3 +584,274 @@ def to_json(plans, directory: str, written: list, target: str) -> dict:
             "methods_busbw_at_most_gbps": {m.name: [_at_most(p, t) for t in m.timings] for m in p.methods},
             "sizes": p.sizes, "nccl_busbw_gbps": [t and t.busbw_gbps for t in p.nccl], "notes": p.notes})
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# --target mscclpp: MSCCL++ plans
+# --------------------------------------------------------------------------------------------------
+#
+# The same choice with MSCCL++'s costs: every method's schedule (and its copies) is lowered as for the MSCCL
+# executor and written as a plan (:func:`colls.mscclpp.plan_of`; one a plan cannot hold, more than 64 ops in a
+# threadblock, is left out); the plans are timed by :mod:`colls.simulate.plans` at every size beside NCCL's
+# own algorithms (what the NCCL API shim falls back to), and each size goes to the fastest plan unless NCCL's
+# is within the margin. Plans run Simple. Range ends are written half-open, max = S + 1, so that MSCCL++ 0.8's
+# min <= bytes < max and the current min <= bytes <= max select the same plan for every size the executor
+# accepts (a multiple of 16 bytes).
+
+def plan_mscclpp(topology, kinds, *, sizes=None, methods=METHODS, sketch=None, milp_options: dict | None = None,
+                 jobs: int = 1, margin: float | None = None,
+                 progress: Callable[[str], None] = lambda line: None) -> list[Plan]:
+    """:func:`plan` for MSCCL++ plans (nothing is written)."""
+    sizes = sorted(set(sizes or parse_sizes(DEFAULT_SIZES)))
+    margins = [margin if margin is not None else calibration.margin(s)[0] for s in sizes]
+    milp = dict({"time_limit": MILP_TIME_LIMIT}, **(milp_options or {}),
+                **({"sketch": sketch} if sketch is not None else {}))
+    plans = []
+    for kind in kinds:
+        if kind not in ALL:
+            raise CollsError(f"MSCCL++ plans are written for {', '.join(ALL)}, not {kind}", key="--collective")
+        coll = Collective(kind, topology.ngpus)
+        try:
+            bound = bounds.bound(topology, kind)
+        except CollsError:
+            bound = None
+        p = Plan(kind, None, sizes, [], [None] * len(sizes), bound, [], [], margins, topology.ngpus)
+        try:
+            default = RuntimeDefault(topology, kind, target="exe")
+            p.notes += default.notes
+        except CollsError as e:
+            default = None
+            p.notes.append(f"NCCL's algorithms could not be modelled ({e}): every size goes to the fastest plan")
+        progress(f"{kind}: timing NCCL's own algorithms at {len(sizes)} sizes")
+        if default is not None:
+            p.nccl = [default.time(s, bound) for s in sizes]
+        tasks = [(f"{kind}: {name}: synthesizing, writing plans and timing them",
+                  partial(_plan_variants, topology, coll, name, milp if name == "milp" else {}, sizes, bound))
+                 for name in methods]
+        p.methods = _in_processes(tasks, jobs, progress)
+        p.ranges = _ranges(p.methods, p.nccl, sizes, PLAN_TARGET, margins)
+        plans.append(p)
+    return plans
+
+
+def _plan_variants(topology, coll, name, options, sizes, bound) -> Method:
+    """The method's schedule and its copies as plans, each timed at every size (the fastest per size)."""
+    from colls import mscclpp
+    from colls.simulate import plans as plan_sim
+    m = Method(name)
+    first = _first(topology, coll, name, "exe", options, m)
+    if first is None:
+        return m
+    _copies(first, m)
+    kept, refused = [], None
+    for c in m.variants:
+        try:
+            plan = mscclpp.plan_of(c.program, topology, name="candidate", inplace=False)
+        except CollsError as e:
+            refused = refused or str(e)
+            continue
+        kept.append((c, plan, plan_sim.machine(c.program, topology, coll.kind)))
+    m.variants = [c for c, _, _ in kept]
+    if not kept:
+        m.refused = f"no MSCCL++ plan: {refused}"
+        return m
+    m.timings = []
+    for s in sizes:
+        best = None
+        for index, (c, plan, mach) in enumerate(kept):
+            t = plan_sim.time_plan(plan, c.program, topology, s, bound=bound, mach=mach)
+            if t.served and (best is None or t.time_us < best.time_us * (1 - 1e-9)):
+                t.extra.update(index=index, instances=c.facts["instances"])
+                best = t
+        m.timings.append(best)
+    return m
+
+
+def lower_plans(plans, jobs: int = 1) -> None:
+    """Lower each range's schedule again with its byte range, write it as plans (out-of-place, and in-place
+    where the schedule serves it), prove them; name them uniquely."""
+    from colls import mscclpp
+    for p, r, count, base in _chosen(plans):
+        r.compiled = pipeline.relower(base, proto="Simple", min_bytes=r.min_bytes, max_bytes=r.max_bytes)
+        stem = f"colls-{p.kind}-{p.ngpus}r-{count:02d}-{r.winner[0]}-x{base.facts['instances']}"
+        plan, modes = mscclpp.proved_plan(r.compiled.program, r.compiled.topology, name=f"{stem}-oop",
+                                          inplace=False)
+        r.plans = [(f"{stem}-oop.json", plan)]
+        if True in modes:
+            r.plans.append((f"{stem}-ip.json", dict(plan, name=f"{stem}-ip", inplace=True)))
+        r.file = r.plans[0][0]
+
+
+def write_plans(plans, directory: str, topology) -> list[str]:
+    """The folder for MSCCL++: ``plans/`` (the plans and nothing else), README.md, env.sh (0.8.x),
+    register_plans.py (current MSCCL++), a plot per collective; written beside ``directory`` and swapped in."""
+    from colls import mscclpp
+    directory = os.path.normpath(directory)
+    _check_directory(directory)
+    parent = os.path.dirname(os.path.abspath(directory))
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.", suffix=".tmp", dir=parent)
+    try:
+        os.chmod(tmp, 0o755)
+        os.mkdir(os.path.join(tmp, PLANS), 0o755)
+        written, names = [], set()
+        for p in plans:
+            for r in p.ranges:
+                for file, plan in r.plans:
+                    if plan["name"] in names:
+                        raise CollsError(f"two plans named {plan['name']} (the executor caches plans by name)")
+                    names.add(plan["name"])
+                    rel = os.path.join(PLANS, file)
+                    write_atomic(os.path.join(tmp, rel), mscclpp.dumps(plan), option="-o")
+                    written.append(rel)
+            _plot(p, topology, os.path.join(tmp, f"{_label(p)}.png"))
+        write_atomic(os.path.join(tmp, "README.md"), plans_readme(plans, topology), option="-o")
+        write_atomic(os.path.join(tmp, "env.sh"), plans_env_sh(), option="-o")
+        write_atomic(os.path.join(tmp, REGISTER), register_py(plans, topology), option="-o")
+        _swap(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return written
+
+
+def plan_entries(plans, topology) -> list[tuple]:
+    """(file, collective, world size, ranks per node, min bytes, max bytes, in-place) per plan, in the order
+    the ranges come: what register_plans.py registers and its selector matches."""
+    per_node = topology.ngpus // max(len({topology.node_of(g) for g in topology.gpus}), 1)
+    out = []
+    for p in plans:
+        for r in p.ranges:
+            for file, plan in r.plans:
+                out.append((f"{PLANS}/{file}", p.kind, p.ngpus, per_node, plan["min_message_size"],
+                            plan["max_message_size"], bool(plan["inplace"])))
+    return out
+
+
+def plans_env_sh() -> str:
+    from colls.runtimes import mscclpp as rt
+    lines = ["# Source this file in the job's environment: . path/to/env.sh  (written by colls compile)",
+             f"# For MSCCL++ {rt.SHIM_VERSIONS}: its NCCL API library, preloaded in place of NCCL, loads every plan of "
+             f"{rt.PLAN_DIR_ENV} at communicator setup;",
+             "# a call no plan takes runs the real NCCL. Current MSCCL++ reads no folder: use register_plans.py.",
+             '_colls_dir="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)"',
+             f'export {rt.PLAN_DIR_ENV}="$_colls_dir/{PLANS}"',
+             f': "${{MSCCLPP_LIB_DIR:?set MSCCLPP_LIB_DIR to the folder holding {rt.NCCL_SHIM}}}"',
+             ': "${NCCL_LIB:?set NCCL_LIB to the real libnccl.so, for the calls no plan takes}"',
+             f'export LD_PRELOAD="$MSCCLPP_LIB_DIR/{rt.NCCL_SHIM}${{LD_PRELOAD:+:$LD_PRELOAD}}"',
+             "export MSCCLPP_ENABLE_NCCL_FALLBACK=TRUE",
+             'export MSCCLPP_NCCL_LIB_PATH="$NCCL_LIB"',
+             "unset _colls_dir"]
+    return "\n".join(lines) + "\n"
+
+
+def register_py(plans, topology) -> str:
+    """The script that registers the plans with current MSCCL++ (see colls.runtimes.mscclpp)."""
+    entries = plan_entries(plans, topology)
+    rows = "\n".join(f"    {e!r}," for e in entries)
+    return f'''"""Register the MSCCL++ plans of this folder (written by colls compile) with current MSCCL++ (its selector API, PR #620).
+
+Call register(rank) in every process before the communicator is created (before
+torch.distributed.init_process_group with the NCCL API library preloaded, or before your MSCCL++ communicator):
+each plan becomes an Algorithm with its world size and ranks per node, and a selector gives a call the first plan
+whose collective, world size, ranks per node, buffer mode and byte range (inclusive: min <= bytes <= max) match;
+other calls go on to MSCCL++'s own choice. bytes is the whole buffer one rank passes (nccl-tests' size: the
+output of allgather, the input of reducescatter).
+"""
+
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# (file, collective, world size, ranks per node, min bytes, max bytes, in-place)
+PLANS = [
+{rows}
+]
+
+
+def _call_bytes(req, collective):
+    size = int(getattr(req, "message_size", 0))
+    return size * int(getattr(req, "world_size", 1)) if collective == "allgather" else size
+
+
+def _in_place(req, collective):
+    send, recv = getattr(req, "input_buffer", None), getattr(req, "output_buffer", None)
+    if send is None or recv is None:
+        return None
+    rank, size = int(getattr(req, "rank", 0)), int(getattr(req, "message_size", 0))
+    if collective == "allgather":
+        return int(send) == int(recv) + rank * size
+    if collective == "reducescatter":
+        return int(recv) == int(send) + rank * size
+    return int(send) == int(recv)
+
+
+def select(algorithms, req):
+    collective = str(getattr(req, "collective", ""))
+    for path, coll, world, per_node, low, high, inplace in PLANS:
+        if coll != collective or int(getattr(req, "world_size", world)) != world:
+            continue
+        if int(getattr(req, "n_ranks_per_node", per_node)) != per_node:
+            continue
+        if not low <= _call_bytes(req, coll) <= high or _in_place(req, coll) not in (None, inplace):
+            continue
+        algo = algorithms.get(coll, {{}}).get(os.path.splitext(os.path.basename(path))[0])
+        if algo is not None:
+            return algo
+    return None
+
+
+def register(rank):
+    import mscclpp
+    plan_class = getattr(mscclpp, "ExecutionPlan", None)
+    if plan_class is None:
+        from mscclpp._mscclpp import CppExecutionPlan as plan_class
+    builder = mscclpp.AlgorithmCollectionBuilder()
+    for path, coll, world, per_node, low, high, inplace in PLANS:
+        plan = plan_class(os.path.join(HERE, path), rank)
+        constraint = mscclpp.Algorithm.Constraint(world_size=world, n_ranks_per_node=per_node)
+        builder.add_algorithm_builder(mscclpp.Algorithm(id=os.path.splitext(os.path.basename(path))[0],
+                                                        execution_plan=plan, constraint=constraint, tags={{}}))
+    builder.set_algorithm_selector(select)
+
+
+if __name__ == "__main__":
+    register(int(os.environ.get("RANK", "0")))
+'''
+
+
+def plans_readme(plans, topology) -> str:
+    from colls.runtimes import mscclpp as rt
+    out = [MARKER, f"# MSCCL++ plans for {topology.name} ({topology.ngpus} GPUs), target {PLAN_TARGET}", "",
+           "Written by `colls compile --target mscclpp`. Each range of call sizes runs the plans listed (one for "
+           "out-of-place calls, one for in-place calls where the schedule serves them), or NCCL's own algorithm "
+           f"where no plan is faster by more than {_margin_words(plans)}. busbw is nccl-tests' bus bandwidth in "
+           "GB/s, modelled by `colls simulate` with MSCCL++'s costs (colls/simulate/plans.py).", "",
+           "The plans are in the format of MSCCL++ 0.8.0 and later; 0.7 and earlier cannot read them.", "",
+           f"- **MSCCL++ {rt.SHIM_VERSIONS}** (NCCL API library): set `MSCCLPP_LIB_DIR` and `NCCL_LIB`, then "
+           f"`source env.sh`: it points `{rt.PLAN_DIR_ENV}` at `{PLANS}/`, preloads `{rt.NCCL_SHIM}` and sends the "
+           "calls no plan takes to the real NCCL. It selects the first plan of the call's collective with "
+           "`min_message_size <= bytes < max_message_size` (half-open) and the call's in-place flag; it does not "
+           "check the world size: use this folder only with communicators of "
+           f"{topology.ngpus} ranks.",
+           f"- **Current MSCCL++ ({rt.CURRENT_VERSIONS})**: call `register_plans.register(rank)` "
+           f"(`{REGISTER}`) in every process before the communicator is created. Its selector matches collective, "
+           "world size, ranks per node, buffer mode and `min <= bytes <= max` (inclusive).",
+           "  Current MSCCL++ keeps the buffer mode of the first DSL plan it runs for the process (src/core/"
+           "algorithm.cc DslAlgorithm::bufferMode, a function-static): if your job makes both in-place and "
+           "out-of-place calls of one collective, check which one runs first.",
+           "- The range ends are written so that both rules give the same plan for every size the executor "
+           "accepts (a multiple of 16 bytes whose 16-byte units divide by the plan's chunks).",
+           "- Check a call with `colls explain DIR --ranks N --bytes SIZE` (it applies both rules).", ""]
+    for p in plans:
+        out += [f"## {_label(p)}", "", "| call sizes (bytes) | runs | plans | busbw | of optimum | NCCL's modelled "
+                "busbw |", "|---|---|---|---|---|---|"]
+        for r in p.ranges:
+            files = ", ".join(f"`{PLANS}/{f}`" for f, _ in r.plans) or (r.note or "none")
+            words = "NCCL's own" if r.winner is None else f"{r.winner[0]} x{r.compiled.facts['instances']}"
+            out.append(_readme_row(p, r, PLAN_TARGET, words, files))
+        if p.notes:
+            out += [""] + [f"Note: {n}" for n in p.notes]
+        refused = [m for m in p.methods if m.refused]
+        if refused:
+            out += ["", "Methods that made no plan: " + "; ".join(f"{m.name}: {m.refused}" for m in refused)]
+        out += ["", f"![{_label(p)}]({_label(p)}.png)", ""]
+    return "\n".join(out) + "\n"

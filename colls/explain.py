@@ -611,3 +611,152 @@ def explain(paths, *, ranks: int, size, collective: str | None = None, dtype: st
             warnings.append(f"{c.path}: {c.danger}")
     return Explanation(call, source, order, results, ignored, verdict, runs, [c.path for c in chosen],
                        headline, warnings)
+
+
+# --------------------------------------------------------------------------------------------------
+# a folder of MSCCL++ plans (colls compile --target mscclpp)
+# --------------------------------------------------------------------------------------------------
+
+def plans_folder(folder: str) -> bool:
+    """Whether ``folder`` is one ``colls compile --target mscclpp`` wrote (its README, plans/ and
+    register_plans.py)."""
+    from colls.compile import PLANS, REGISTER, written_here
+    return (os.path.isdir(folder) and written_here(folder) and os.path.isdir(os.path.join(folder, PLANS))
+            and os.path.isfile(os.path.join(folder, REGISTER)))
+
+
+@dataclass
+class PlanExplanation:
+    """Which plan of an MSCCL++ folder each loader runs for one call."""
+
+    call: dict
+    folder: str
+    loaders: list                      # [{"loader", "rule", "runs", "candidates", "verdict", "why"}]
+    plans: list                        # [{"path", "loads", "reason"}]
+    headline: str
+    warnings: list = field(default_factory=list)
+
+    def format(self) -> str:
+        lines = [self.headline]
+        for entry in self.loaders:
+            lines.append(f"  {entry['loader']} ({entry['rule']}): {entry['why']}")
+        lines += [f"  {printable(p['path'], 200)}: {p['reason']}" for p in self.plans if p["reason"]]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {"call": dict(self.call), "source": {"folder": self.folder}, "target": "mscclpp",
+                "loaders": [dict(e) for e in self.loaders], "plans": [dict(p) for p in self.plans],
+                "summary": self.headline, "warnings": list(self.warnings)}
+
+
+def _plan_table(folder: str) -> list:
+    """register_plans.py's PLANS table (a literal: read, never run)."""
+    import ast
+    from colls.compile import REGISTER
+    path = os.path.join(folder, REGISTER)
+    text = fileio.read_text(path, fileio.MAX_PROFILE_BYTES)
+    try:
+        tree = ast.parse(text)
+        node = next(n.value for n in tree.body if isinstance(n, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == "PLANS" for t in n.targets))
+        rows = ast.literal_eval(node)
+        return [tuple(r) for r in rows if len(r) == 7]
+    except (SyntaxError, StopIteration, ValueError, TypeError):
+        raise CollsError("has no PLANS table colls wrote", source=path, key="PLANS") from None
+
+
+def explain_plans(folder: str, *, ranks: int, size, collective: str | None = None, dtype: str = "float",
+                  inplace: bool = False) -> PlanExplanation:
+    """Which plan of ``folder`` a call gets under each loader the folder is written for: MSCCL++ 0.8.x's NCCL
+    API library (every plan of MSCCLPP_EXECUTION_PLAN_DIR; the first of the call's collective with min <=
+    bytes < max and the call's in-place flag, in an order it does not define; no world-size check), and
+    current MSCCL++ with register_plans.py (the first row of its table matching collective, world size,
+    buffer mode and min <= bytes <= max). Sizes are nccl-tests' (the whole buffer one rank passes)."""
+    from colls import mscclpp
+    from colls.compile import PLANS
+    from colls.runtimes import mscclpp as rt
+    size, _ = _parse_call_options(size, dtype, ranks, None, "exe")
+    table = _plan_table(folder)
+    plans_dir = os.path.join(folder, PLANS)
+    plans, loaded = [], []
+    for name in sorted(os.listdir(plans_dir), key=os.fsencode):
+        path = os.path.join(plans_dir, name)
+        try:
+            plan = mscclpp.load(fileio.read_text(path, fileio.MAX_XML_BYTES), path)
+        except CollsError as e:
+            plans.append({"path": path, "loads": False, "reason": f"fails to load: {_without_source(str(e), path)}"})
+            continue
+        loaded.append((path, plan))
+        plans.append({"path": path, "loads": True, "reason": ""})
+    kinds = sorted({plan["collective"] for _, plan in loaded} | {row[1] for row in table})
+    if collective is None:
+        if len(kinds) != 1:
+            raise CollsError(f"the plans compute {', '.join(kinds) or 'nothing'}: give --collective",
+                             key="--collective")
+        collective = kinds[0]
+    mode = "in-place" if inplace else "out-of-place"
+    per_rank = collective in SIZE_MULTIPLIED
+    if per_rank and size % (DTYPES[dtype] * ranks):
+        raise CollsError(f"{size} bytes is not {ranks} equal parts of {dtype} elements", key="--bytes")
+    call = {"collective": collective, "ranks": ranks, "bytes": size, "dtype": dtype, "inplace": inplace,
+            "target": "mscclpp"}
+    desc = f"{size_text(size)} {collective} on {ranks} ranks ({dtype}, {mode})"
+    warnings: list = []
+
+    def refused_by_executor(plan) -> str | None:
+        from colls.simulate.plans import executor_refuses
+        why = executor_refuses(plan, size)
+        return f"{why}, an error, not a fallback" if why else None
+
+    # MSCCL++ 0.8.x: the NCCL API library's folder scan
+    old = [(path, plan) for path, plan in loaded if plan["collective"] == collective
+           and plan.get("min_message_size", 0) <= size < plan.get("max_message_size", 2**64 - 1)
+           and bool(plan["inplace"]) == inplace]
+    entry = {"loader": f"MSCCL++ {rt.SHIM_VERSIONS}", "rule": "min <= bytes < max, in-place flag, any world size",
+             "candidates": [p for p, _ in old]}
+    if not old:
+        entry.update(verdict="none", runs=None, why="no plan matches: the real NCCL runs it "
+                     "(MSCCLPP_ENABLE_NCCL_FALLBACK=TRUE, env.sh)")
+    else:
+        path, plan = old[0]
+        entry.update(verdict="runs" if len(old) == 1 else "ambiguous", runs=path if len(old) == 1 else None)
+        why = f"runs {printable(path, 200)}" if len(old) == 1 else \
+            f"ambiguous: {', '.join(printable(p, 200) for p, _ in old)} all match, and it reads them in no set order"
+        danger = [f"{printable(p, 200)} is for {len(pl['gpus'])} ranks, the communicator has {ranks}: this loader "
+                  "does not check, and the plan runs wrongly" for p, pl in old if len(pl["gpus"]) != ranks]
+        danger += [f"{printable(p, 200)}: {r}" for p, pl in old for r in [refused_by_executor(pl)] if r]
+        if danger:
+            why += "; DANGER: " + "; ".join(danger)
+            warnings += danger
+        entry["why"] = why
+    loaders = [entry]
+    # current MSCCL++: register_plans.py's selector
+    bytes_ok = [row for row in table if row[1] == collective and row[4] <= size <= row[5]]
+    rows = [row for row in bytes_ok if row[2] == ranks and row[6] == inplace]
+    entry = {"loader": "current MSCCL++", "rule": "register_plans.py: collective, world size, ranks per node, "
+             "buffer mode, min <= bytes <= max", "candidates": [os.path.join(folder, r[0]) for r in rows]}
+    if rows:
+        path = os.path.join(folder, rows[0][0])
+        entry.update(verdict="runs", runs=path, why=f"runs {printable(path, 200)} (with {rows[0][3]} ranks per "
+                     "node, as the plans were written for)")
+        plan = next((pl for p, pl in loaded if os.path.normpath(p) == os.path.normpath(path)), None)
+        problem = "its file fails to load" if plan is None else refused_by_executor(plan)
+        if problem:
+            entry["why"] += f"; DANGER: {problem}"
+            warnings.append(f"{path}: {problem}")
+    else:
+        if bytes_ok and not any(row[2] == ranks for row in bytes_ok):
+            reason = f"the plans for these bytes are for {bytes_ok[0][2]} ranks"
+        elif bytes_ok:
+            reason = f"the plans for these bytes serve {'out-of-place' if inplace else 'in-place'} calls only"
+        else:
+            reason = "no plan's byte range holds the call"
+        entry.update(verdict="none", runs=None, why=f"no plan matches ({reason}): MSCCL++'s own choice runs it")
+    loaders.append(entry)
+    a, b = loaders[0].get("runs"), loaders[1].get("runs")
+    if a == b:
+        head = f"{desc}: runs {printable(a, 200)}" if a else f"{desc}: no plan matches, NCCL's own (or MSCCL++'s) runs"
+    else:
+        head = (f"{desc}: MSCCL++ {rt.SHIM_VERSIONS} runs {printable(a, 200) if a else 'the real NCCL'}, current "
+                f"MSCCL++ runs {printable(b, 200) if b else 'its own choice'}")
+    return PlanExplanation(call, folder, loaders, plans, head, warnings)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 
 from colls.errors import CollsError
-from colls.program import STEP_SEMANTICS, Program
+from colls.program import STEP_SEMANTICS, Gpu, Program, Step, Threadblock
 from colls.runtimes import mscclpp as rt
 
 # Slots per connection: 2. With one slot each put waits for the receiver to have consumed the previous
@@ -504,3 +504,380 @@ def _op_shape(op, where: str, out: list) -> None:
         else:
             for i, inner in enumerate(op["ops"]):
                 _op_shape(inner, f"{where}.ops[{i}]", out)
+
+
+# --------------------------------------------------------------------------------------------------
+# back: the Program a plan colls wrote came from
+# --------------------------------------------------------------------------------------------------
+
+NOT_OURS = "not a plan colls writes"
+
+
+class _Refused(Exception):
+    """The plan departs from what :func:`plan_of` writes (the message says where)."""
+
+
+def program_of(plan: dict, topology, source: str) -> Program:
+    """The Program ``plan`` was written from by :func:`plan_of`, read back from its ops, for timing it.
+
+    Only the shapes :func:`plan_of` writes are read: the Program found is written again with
+    :func:`plan_of` for ``topology`` and must give the plan back exactly. CollsError naming ``source`` when the
+    plan is for another number of GPUs, has channel types this machine's nodes do not give, or has any other
+    shape (a plan from MSCCL++'s own generator, or one edited by hand)."""
+    kind = plan["collective"]
+    n = len(plan["gpus"])
+    if n != topology.ngpus:
+        raise CollsError(f"the plan is for {n} GPUs but {topology.name} has {topology.ngpus}", source=source,
+                         key="gpus")
+    if kind not in SUPPORTED:
+        raise CollsError(f"{NOT_OURS}: collective {kind!r} (colls writes {', '.join(SUPPORTED)})", source=source,
+                         key="collective")
+    try:
+        program = _read_program(plan, topology)
+    except _Refused as e:
+        raise CollsError(f"{NOT_OURS} ({e}); colls times only the plans it wrote", source=source) from None
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        raise CollsError(f"{NOT_OURS} (unexpected {type(e).__name__} while reading its ops); colls times only "
+                         "the plans it wrote", source=source) from None
+    try:
+        again = plan_of(program, topology, name=plan["name"], inplace=plan["inplace"])
+    except CollsError as e:
+        raise CollsError(f"{NOT_OURS} ({e})", source=source) from None
+    if json.loads(dumps(again)) != json.loads(json.dumps(plan)):
+        where = _first_difference(json.loads(dumps(again)), json.loads(json.dumps(plan)))
+        raise CollsError(f"{NOT_OURS}: written again from the program its ops describe, it differs at {where}; "
+                         "colls times only the plans it wrote", source=source)
+    return program
+
+
+def _first_difference(a, b, path: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in list(a) + [k for k in b if k not in a]:
+            if a.get(k) != b.get(k):
+                return _first_difference(a.get(k), b.get(k), f"{path}.{k}" if path else k)
+    if isinstance(a, list) and isinstance(b, list):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return _first_difference(x, y, f"{path}[{i}]")
+        if len(a) != len(b):
+            return f"{path} (length {len(b)}, expected {len(a)})"
+    return path or "the top level"
+
+
+def _read_program(plan: dict, topology) -> Program:
+    gpus = plan["gpus"]
+    n = len(gpus)
+    peers = []          # per gpu: {type: [peer per channel index]}
+    for r, g in enumerate(gpus):
+        per = {"memory": [], "port": []}
+        for ch in g["channels"]:
+            if ch["channel_type"] not in per:
+                raise _Refused(f"gpu {r} has a {ch['channel_type']} channel")
+            per[ch["channel_type"]] += ch["connected_to"]
+        peers.append(per)
+        for ct, lst in per.items():
+            for p in lst:
+                want = "memory" if topology.node_of(p) == topology.node_of(r) else "port"
+                if want != ct:
+                    raise _Refused(f"gpu {r} reaches gpu {p} by a {ct} channel, but on {topology.name} they "
+                                   f"are {'on one node' if want == 'memory' else 'on different nodes'}: the plan "
+                                   "was written for another machine")
+    # each threadblock's incoming and outgoing channel: (type, index in the GPU's list of that type)
+    ends = {}
+    for r, g in enumerate(gpus):
+        for pos, tb in enumerate(g["threadblocks"]):
+            if tb["id"] != pos:
+                raise _Refused(f"gpu {r} threadblock {pos} has id {tb['id']}")
+            chans = {c["channel_type"]: list(c["channel_ids"]) for c in tb["channels"]}
+            refs = tb.get("remote_buffer_refs") or []
+            out_ct = None
+            if refs:
+                if len(refs) != 1 or len(refs[0]["remote_buffer_ids"]) != 1:
+                    raise _Refused(f"gpu {r} threadblock {pos} refers to several remote buffers")
+                out_ct = refs[0]["access_channel_type"]
+            cin = cout = None
+            for ct, ids in chans.items():
+                if ct == out_ct:
+                    if len(ids) == 2:
+                        cin, cout = (ct, ids[0]), (ct, ids[1])
+                    elif len(ids) == 1:
+                        cout = (ct, ids[0])
+                    else:
+                        raise _Refused(f"gpu {r} threadblock {pos} has {len(ids)} {ct} channels")
+                elif len(ids) == 1 and cin is None:
+                    cin = (ct, ids[0])
+                else:
+                    raise _Refused(f"gpu {r} threadblock {pos} has {len(ids)} {ct} channels")
+            if out_ct is not None and cout is None:
+                raise _Refused(f"gpu {r} threadblock {pos} has a remote buffer but no channel to put over")
+            if cout is not None:
+                rb = g["remote_buffers"][refs[0]["remote_buffer_ids"][0]]
+                if rb["rank"] != peers[r][cout[0]][cout[1]] or rb["type"] != "s":
+                    raise _Refused(f"gpu {r} threadblock {pos} puts into a buffer that is not its peer's scratch")
+            ends[(r, pos)] = (cin, cout)
+    # connections: the j-th channel a GPU lists for a peer is the same on both sides (plan_of's canonical
+    # order); the direction is that of the threadblock using it
+    used: dict = {}
+    for (r, pos), (cin, cout) in ends.items():
+        for role, end in (("in", cin), ("out", cout)):
+            if end is None:
+                continue
+            ct, idx = end
+            p = peers[r][ct][idx]
+            j = sum(1 for q in peers[r][ct][:idx] if q == p)
+            key = (r, ct, idx)
+            if key in used:
+                raise _Refused(f"gpu {r} uses {ct} channel {idx} in two threadblocks")
+            used[key] = (role, pos, p, j)
+    conns: dict = {}            # (src, dst, ct, j) -> [sender (gpu, tb), receiver (gpu, tb)]
+    for (r, ct, idx), (role, pos, p, j) in used.items():
+        key = (r, p, ct, j) if role == "out" else (p, r, ct, j)
+        conns.setdefault(key, [None, None])[0 if role == "out" else 1] = (r, pos)
+    for key, (snd, rcv) in conns.items():
+        if snd is None or rcv is None:
+            raise _Refused(f"the channel from gpu {key[0]} to gpu {key[1]} has no threadblock on one side")
+    conn_of = {}
+    for key, (snd, rcv) in conns.items():
+        conn_of[("out",) + snd] = key
+        conn_of[("in",) + rcv] = key
+    chan = _channel_numbers(conns, conn_of, ends)
+    # the steps, threadblock by threadblock
+    sems: dict = {}            # (gpu, semaphore) -> [release (tb, step), acquire (tb, step)]
+    tbs: dict = {}
+    messages: dict = {}
+    for (r, pos), (cin, cout) in sorted(ends.items()):
+        tb = gpus[r]["threadblocks"][pos]
+        local = {}
+        for ct, ids in ((c["channel_type"], c["channel_ids"]) for c in tb["channels"]):
+            for k, gidx in enumerate(ids):
+                local[(ct, k)] = gidx
+        in_local = next((k for (ct, k), gidx in local.items() if cin and ct == cin[0] and gidx == cin[1]), None)
+        out_local = next((k for (ct, k), gidx in local.items() if cout and ct == cout[0] and gidx == cout[1]), None)
+        steps = _read_steps(tb["ops"], cin, cout, in_local, out_local, r, pos, sems)
+        send = conn_of[("out", r, pos)][1] if cout else -1
+        recv = conn_of[("in", r, pos)][0] if cin else -1
+        c = chan[(r, pos)]
+        tbs[(r, pos)] = Threadblock(pos, send, recv, c, steps)
+        if cout:
+            messages.setdefault(conn_of[("out", r, pos)], [None, None])[0] = [
+                st.cnt for st in steps if STEP_SEMANTICS[st.type][0]]
+        if cin:
+            messages.setdefault(conn_of[("in", r, pos)], [None, None])[1] = [
+                st.cnt for st in steps if STEP_SEMANTICS[st.type][1]]
+    for (r, s), (rel, acq) in sems.items():
+        if rel is None or acq is None:
+            raise _Refused(f"gpu {r} semaphore {s} is {'never released' if rel is None else 'never acquired'}")
+        st = tbs[(r, acq[0])].steps[acq[1]]
+        st.depid, st.deps = rel
+        tbs[(r, rel[0])].steps[rel[1]].hasdep = 1
+    # the program's own scratch: what is left after the slots and staging plan_of adds
+    extra = [0] * len(gpus)
+    for key, (sent, got) in messages.items():
+        if not sent or sent != got:
+            raise _Refused(f"the messages sent from gpu {key[0]} to gpu {key[1]} differ from those received")
+        room = max(sent) * min(SLOTS, len(sent))
+        extra[key[1]] += room
+        if key[2] == "port":
+            extra[key[0]] += room
+    out = []
+    for r, g in enumerate(gpus):
+        own = g["scratch_chunks"] - extra[r]
+        if own < 0:
+            raise _Refused(f"gpu {r} has less scratch than its connections' slots need")
+        out.append(Gpu(r, g["input_chunks"], g["output_chunks"], own,
+                       [tbs[(r, pos)] for pos in range(len(g["threadblocks"]))]))
+    g0 = gpus[0]
+    basis = g0["output_chunks"] if plan["collective"] == "allgather" else g0["input_chunks"]
+    inplace = bool(plan["inplace"])
+    return Program(plan["name"], plan["collective"], n, basis, max(chan.values(), default=0) + 1, "Simple",
+                   int(inplace), int(not inplace), plan.get("min_message_size", 0),
+                   plan.get("max_message_size", 0), out)
+
+
+def _channel_numbers(conns: dict, conn_of: dict, ends: dict) -> dict:
+    """An MSCCL channel for every threadblock: its incoming and outgoing connections share it (one ``chan``
+    per ``<tb>``), and the connections of one direction keep their order (plan_of sorts a pair's connections
+    by (sender, receiver, chan))."""
+    parent = {key: key for key in conns}
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+    for (r, pos), (cin, cout) in ends.items():
+        if cin and cout:
+            a, b = find(conn_of[("in", r, pos)]), find(conn_of[("out", r, pos)])
+            if a != b:
+                parent[a] = b
+    groups = sorted({find(k) for k in conns})
+    after = {g: set() for g in groups}          # group -> groups that must get a larger number
+    by_direction: dict = {}
+    for key in conns:
+        by_direction.setdefault(key[:3], []).append(key)
+    for keys in by_direction.values():
+        keys.sort(key=lambda k: k[3])
+        for a, b in zip(keys, keys[1:]):
+            if find(a) == find(b):
+                raise _Refused("two connections of one direction share a threadblock chain")
+            after[find(a)].add(find(b))
+    number, left = {}, {g: 0 for g in groups}
+    for g in groups:
+        for h in after[g]:
+            left[h] += 1
+    ready = [g for g in groups if not left[g]]
+    while ready:
+        ready.sort()
+        g = ready.pop(0)
+        number[g] = len(number)
+        for h in sorted(after[g]):
+            left[h] -= 1
+            if not left[h]:
+                ready.append(h)
+    if len(number) != len(groups):
+        raise _Refused("the channel order cannot come from one channel per threadblock")
+    out = {}
+    for (r, pos), (cin, cout) in ends.items():
+        key = conn_of[("in", r, pos)] if cin else conn_of[("out", r, pos)] if cout else None
+        out[(r, pos)] = number[find(key)] if key is not None else 0
+    return out
+
+
+def _read_steps(ops: list, cin, cout, in_local, out_local, gpu: int, tb: int, sems: dict) -> list:
+    """The XML steps of one threadblock's ops (the inverse of :func:`_tb_plan`, nops skipped: writing the
+    program again checks where they are)."""
+    seq = [op for op in ops if op["name"] != "nop"]
+    i = 0
+    if cin is not None:
+        while i < len(seq) and seq[i]["name"] == "signal" and seq[i].get("channel_ids") == [in_local] \
+                and seq[i].get("channel_type") == cin[0]:
+            i += 1
+    steps: list = []
+
+    def fail(what):
+        raise _Refused(f"gpu {gpu} threadblock {tb} op {what}")
+
+    def local(operand):
+        if "type" not in operand:
+            fail("with a remote operand where a local one is written")
+        return operand["type"], operand["index"], operand["size"]
+
+    while i < len(seq):
+        k = len(steps)
+        acquire = None
+        if seq[i]["name"] == "sem_acquire":
+            if len(seq[i]["semaphore_ids"]) != 1:
+                fail("sem_acquire of several semaphores")
+            acquire = seq[i]["semaphore_ids"][0]
+            i += 1
+        receives = sends = False
+        while i < len(seq) and seq[i]["name"] == "wait":
+            for c in seq[i]["channel_ids"]:
+                if cin and seq[i]["channel_type"] == cin[0] and c == in_local and not receives:
+                    receives = True
+                elif cout and seq[i]["channel_type"] == cout[0] and c == out_local and not sends:
+                    sends = True
+                else:
+                    fail(f"waits on {seq[i]['channel_type']} channel {c}")
+            i += 1
+        body = []
+        while i < len(seq) and seq[i]["name"] in ("copy", "re", "res", "put", "pws"):
+            if body and not sends and not receives:
+                break               # a cpy or re step is one op
+            body.append(seq[i])
+            i += 1
+            if body[-1]["name"] in ("put", "pws", "res"):
+                break
+            if receives and not sends:
+                break
+        step = _step_of(body, receives, sends, cout, fail, local)
+        if step is None:
+            if acquire is None and not (i < len(seq) and seq[i]["name"] == "sem_release"):
+                fail(f"{seq[i]['name']} where a step starts" if i < len(seq) else "at the end")
+            step = Step(k, "nop", "i", -1, "o", -1, 0)
+        step.s = k
+        while i < len(seq) and seq[i]["name"] == "signal":
+            i += 1
+        while i < len(seq) and seq[i]["name"] == "sem_release":
+            for s in seq[i]["semaphore_ids"]:
+                entry = sems.setdefault((gpu, s), [None, None])
+                if entry[0] is not None:
+                    fail(f"releases semaphore {s} twice")
+                entry[0] = (tb, k)
+            i += 1
+        if acquire is not None:
+            entry = sems.setdefault((gpu, acquire), [None, None])
+            if entry[1] is not None:
+                fail(f"acquires semaphore {acquire} twice")
+            entry[1] = (tb, k)
+        steps.append(step)
+    return steps
+
+
+def _step_of(body: list, receives: bool, sends: bool, cout, fail, local):
+    """The XML step one step's body ops are written for (see :func:`_tb_plan`)."""
+    names = [op["name"] for op in body]
+    port = sends and cout[0] == "port"
+
+    def step(typ, src=None, dst=None, cnt=None):
+        sb, so = (src[0], src[1]) if src else ("i", -1)
+        db, do = (dst[0], dst[1]) if dst else ("o", -1)
+        return Step(0, typ, sb, so, db, do, cnt if cnt is not None else (src or dst)[2])
+
+    if not receives and not sends:
+        if not body:
+            return None
+        op = body[0]
+        if names == ["copy"]:
+            return step("cpy", local(op["src_buff"][0]), local(op["dst_buff"][0]))
+        if names == ["re"] and len(op["src_buff"]) == 2:
+            return step("re", local(op["src_buff"][1]), local(op["dst_buff"][0]))
+        fail(f"{'+'.join(names)} in a step that neither sends nor receives")
+    if sends and not receives:
+        if names == ["put"] and not port:
+            return step("s", local(body[0]["src_buff"][0]))
+        if names == ["copy", "pws"] and port:
+            return step("s", local(body[0]["src_buff"][0]))
+        fail(f"{'+'.join(names)} in a sending step")
+    if receives and not sends:
+        if names == ["copy"]:
+            return step("r", dst=local(body[0]["dst_buff"][0]))
+        if names == ["re"] and len(body[0]["src_buff"]) == 2:
+            return step("rrc", local(body[0]["src_buff"][0]), local(body[0]["dst_buff"][0]))
+        fail(f"{'+'.join(names)} in a receiving step")
+    # receives and sends
+    if names in (["copy", "put"], ["copy", "copy", "pws"]):
+        return step("rcs", dst=local(body[0]["dst_buff"][0]))
+    if names == ["res"] and not port:
+        src = local(body[0]["src_buff"][0])
+        into = local(body[0]["dst_buff"][0])
+        slot = local(body[0]["src_buff"][1])
+        return step("rrs", src) if into == slot else step("rrcs", src, into)
+    if names == ["re", "pws"] and port:
+        return step("rrs", local(body[0]["src_buff"][0]))
+    if names == ["re", "copy", "pws"] and port:
+        return step("rrcs", local(body[0]["src_buff"][0]), local(body[1]["dst_buff"][0]))
+    fail(f"{'+'.join(names)} in a step that receives and sends")
+
+
+def proved_plan(program: Program, topology, *, name: str, inplace: bool, source: str = "<generated>"):
+    """:func:`plan_of`, then :func:`colls.verify.plan.verify_plan` for the plan's call type and every other one
+    the program serves; returns (plan, the call types proved). CollsError naming the limit or the first
+    finding when the plan cannot be written or is not proved."""
+    from colls.verify.plan import verify_plan      # it imports this module
+    plan = plan_of(program, topology, name=name, inplace=inplace)
+    modes = {bool(inplace)}
+    modes |= {True} if program.inplace else set()
+    modes |= {False} if program.outofplace else set()
+    for ip in sorted(modes):
+        report = verify_plan(plan, program.coll, source, inplace=ip)
+        if not report.ok or not report.facts.get("semantics_checked"):
+            first = next((f for f in report.findings if f.severity == "error"), None)
+            why = str(first) if first is not None else "; ".join(report.unproven) or "not proven"
+            raise CollsError(f"the MSCCL++ plan of {program.name} is not proved for "
+                             f"{'in-place' if ip else 'out-of-place'} calls: {why}")
+    return plan, sorted(modes)
+
+
+def calls_words(modes) -> str:
+    return " and ".join("in-place" if m else "out-of-place" for m in sorted(modes, reverse=True))

@@ -57,6 +57,9 @@ def test_plans_verify_or_are_refused_by_the_op_limit(nodes, method, kind):
     assert types == ({"memory"} if nodes == 1 else {"memory", "port"})
     # every put lands in a peer's scratch, never its input or output
     assert all(rb["type"] == "s" for g in plan["gpus"] for rb in g["remote_buffers"])
+    # the program read back from the plan writes the same plan (what colls simulate FILE.json times)
+    back = mscclpp.program_of(json.loads(mscclpp.dumps(plan)), topo(nodes), "p.json")
+    assert back.coll == kind and len(back.gpus) == len(prog.gpus)
 
 
 def test_emission_is_deterministic_and_round_trips():

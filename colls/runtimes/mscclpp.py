@@ -93,3 +93,61 @@ REDUCE_OPS = ("sum",)
 # tagged by a per-peer counter over memory channels first, then port channels; the k-th channel from A to
 # B therefore pairs with the k-th from B to A. Unmatched extras are created by the loader (EP
 # getUnpairedChannelInfos) and never used by an op.
+
+# --------------------------------------------------------------------------------------------------
+# How a job loads plans (colls compile --target mscclpp writes for both)
+# --------------------------------------------------------------------------------------------------
+# MSCCL++ 0.8.x (the only release that both reads this format and scans a folder): libmscclpp_nccl.so,
+# preloaded in place of NCCL, loads every file of MSCCLPP_EXECUTION_PLAN_DIR at ncclCommInitRank and runs the
+# first plan of the call's collective with min_message_size <= bytes < max_message_size (half-open) and the
+# call's in-place flag (apps/nccl/src/nccl.cu @b1a88d75 loadExecutionPlan/planKey; @11e62024 L406-417).
+# Calls no plan takes go to the real NCCL named by MSCCLPP_NCCL_LIB_PATH once MSCCLPP_ENABLE_NCCL_FALLBACK is
+# TRUE; MSCCLPP_FORCE_NCCL_FALLBACK_OPERATION lists the collectives sent there whatever the plans (default
+# "all": every collective without a plan) (docs quickstart, "NCCL API" section, v0.8.0 era; nccl.cu
+# mscclppNcclDlopenInit reads MSCCLPP_NCCL_LIB_PATH).
+PLAN_DIR_ENV = "MSCCLPP_EXECUTION_PLAN_DIR"
+NCCL_SHIM = "libmscclpp_nccl.so"
+FALLBACK_ENV = {"MSCCLPP_ENABLE_NCCL_FALLBACK": "TRUE", "MSCCLPP_FORCE_NCCL_FALLBACK_OPERATION": None,
+                "MSCCLPP_NCCL_LIB_PATH": None}
+SHIM_VERSIONS = "0.8.x"
+# Current MSCCL++ (after PR #620; the variable was renamed MSCCLPP_CACHE_DIR in PR #733) scans no folder: a
+# plan is an Algorithm built from ExecutionPlan(path, rank) with a Constraint(world_size, n_ranks_per_node)
+# (python/mscclpp/_core/compiler.py DslCompiler.compile does exactly this for the plans it writes) and
+# registered on the AlgorithmCollectionBuilder singleton before the communicator is created; a selector
+# set with set_algorithm_selector(fn) gets (algorithms[collective][name], request) and returns an Algorithm
+# or None (python/mscclpp/ext/algorithm_collection_builder.py; examples/torch-integration/
+# dsl_with_nccl_api.py). Without the selector, DSL plans match by world size, ranks per node, collective,
+# buffer mode and min <= size <= max (inclusive; allgather's size times the world size) (src/ext/nccl/
+# algorithm_selector.cc, src/core/algorithm.cc @1f5f065d).
+CURRENT_VERSIONS = "main since PR #620, 2025-10"
+
+# --------------------------------------------------------------------------------------------------
+# Costs of a plan (colls.simulate.plans), each from a published MSCCL++ figure or, where MSCCL++ publishes
+# none, the NCCL executor's figure of colls.runtimes.costs, said so
+# --------------------------------------------------------------------------------------------------
+# One-way signal -> wait on a memory channel: the semaphore ping-pong between two H100s takes 2.595 us per
+# round trip with the store-based signal() of the releases this format targets (2.345 us with the later
+# red.release signal; mp_unit SemaphorePerfTest.SignalPingPong, microsoft/mscclpp branch
+# chhwang/new-atomic-add, "Performance (H100, 2 ranks, signal+wait round-trip)"): 1.3 us one way, of which
+# the hardware profiles' NVLink route latency already carries 0.3 us. What is left is a message's fixed
+# cost in a threadblock (the wait, the signal, the __syncthreads around them). Measured on H100 only; used
+# for every GPU.
+SIGNAL_WAIT_US = 2.595 / 2
+STEP_US = 1.0                       # SIGNAL_WAIT_US less the 0.3 us NVLink route latency, rounded
+# The kernel's fixed cost: the memory-channel tutorial's bidirectional put between two H100s, one
+# graph-launched kernel per iteration (start, a signal/wait handshake, a 1 KiB put, a signal and a wait),
+# takes 6.55 us at 1 KiB (docs/tutorials/03-memory-channel.md, "GPU 0: bytes 1024, elapsed 0.00654806
+# ms/iter"; the page says it is no benchmark). Less its two signal -> wait exchanges (2 x 1.3 us): 4 us.
+KERNEL_US = 4.0
+# A port channel (cross-node) message: the GPU pushes a request into the proxy's FIFO (about 2 us per
+# trigger on H200, microsoft/mscclpp pull request 864), the host proxy posts the transfer and the signal.
+# The port-channel tutorial's iteration (a signal/wait handshake and a putWithSignal + wait, both through the
+# proxy) takes 20.49 us at 1 KiB (docs/tutorials/04-port-channel.md, "[Bidir PutWithSignal] bytes 1024,
+# elapsed 0.0204875 ms/iter") against 6.55 us for the same exchange over a memory channel: 14 us more for two
+# proxied messages, 7.0 us each, on top of the route's own latency (the engine's net_step_us).
+PORT_PROXY_US = (20.49 - 6.55) / 2
+# A threadblock's copy rate with 1,024 threads: MSCCL++ publishes no per-threadblock figure (its tutorials
+# time 32 or more blocks together, bound by the link), so the NCCL executor's per-channel figure of the GPU's
+# family is used (colls.runtimes.costs tb_gbps["Simple"]: NCCL's perChMaxTreeBws, e.g. 24 GB/s on A100).
+# The host's part of a call (kernel launch from a stream, or nothing under a CUDA graph): MSCCL++ publishes no
+# figure apart from NCCL's; the NCCL executor's measured figure is used (colls.runtimes.costs host_us).

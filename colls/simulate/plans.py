@@ -1,0 +1,183 @@
+"""The time of an MSCCL++ plan colls wrote (:mod:`colls.mscclpp`), per call size, on the same engine as MSCCL
+files (:mod:`colls.simulate.engine`) with MSCCL++'s costs (:mod:`colls.runtimes.mscclpp`).
+
+A plan does what the Program it was written from does, step for step (:func:`colls.mscclpp.plan_of`), so the
+engine runs that Program (read back from the plan by :func:`colls.mscclpp.program_of` when only the plan is
+at hand) with what differs in MSCCL++:
+
+- **Messages.** The executor runs every op over its whole operand: a step of ``cnt`` chunks is one message of
+  ``cnt`` chunks whatever the call size (no slices, no passes: ``Machine.chunk_rule``). Each connection has
+  :data:`colls.mscclpp.SLOTS` = 2 scratch slots, granted by credits: a FIFO of 2 messages
+  (``Machine.chunk_steps`` = 4 of NCCL's 8 steps, :func:`colls.verify.execution.fifo_messages`).
+- **Costs** (:func:`model`): the kernel's fixed cost and a message's (signal and wait) from MSCCL++'s published
+  figures; a port channel's proxy delay on every cross-node message; a threadblock's copy rate and the
+  host's launch cost from the NCCL executor's figures (MSCCL++ publishes none).
+
+What the engine does not see, and so leaves out: a receiver that forwards (``rcs``) copies the message twice
+(into its output, and on into the next peer's scratch), the engine once; a cross-node send first copies into
+a staging slot; the ``nop`` (__syncthreads) between ops. The time is therefore a little low for forwarding
+schedules.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from colls.errors import CollsError
+from colls.program import STEP_SEMANTICS, Program
+from colls.runtimes import mscclpp as rt
+from colls.runtimes.costs import DEFAULT_LAUNCH, Model, family_of
+from colls.simulate import Timing, simulate
+from colls.simulate.engine import Machine
+
+FIFO_CHUNK_STEPS = 4        # NCCL_STEPS (8) / this = 2 messages in flight per connection: the plan's 2 slots
+
+
+def model(topology, launch: str = DEFAULT_LAUNCH) -> Model:
+    """MSCCL++'s costs on ``topology``'s GPUs (:mod:`colls.runtimes.mscclpp` gives each figure's source)."""
+    fam = family_of(topology.gpu_model())
+    return Model(fam.host_us[launch] + rt.KERNEL_US, rt.STEP_US, 1.0, None, 1.0, rt.PORT_PROXY_US,
+                 notes=("MSCCL++ executor",))
+
+
+def model_text(topology, launch: str = DEFAULT_LAUNCH) -> str:
+    fam = family_of(topology.gpu_model())
+    return (f"model (MSCCL++ executor on {fam.name}): {fam.host_us[launch]:g} us host launch ({launch}, NCCL's "
+            f"measured figure) + {rt.KERNEL_US:g} us kernel per call, {rt.STEP_US:g} us per message (signal and "
+            f"wait), {rt.PORT_PROXY_US:.3g} us proxy delay per cross-node message, one message per step and 2 slots "
+            f"per connection, a threadblock copies at most {fam.tb_gbps['Simple']:g} GB/s (NCCL's figure)")
+
+
+def basis(program: Program) -> int:
+    """The chunks the plan's message size counts (output chunks for allgather, input chunks otherwise)."""
+    g = program.gpus[0]
+    return g.o_chunks if program.coll == "allgather" else g.i_chunks
+
+
+def machine(program: Program, topology, kind: str) -> Machine:
+    """The Program laid out for the engine, cut into messages as the MSCCL++ executor runs a plan."""
+    m = Machine(_simple(program), topology, kind)
+    ncpl = basis(program) or 1
+    most = max((max(int(st.cnt or 0), 1) for g in program.gpus for tb in g.tbs for st in tb.steps
+                if STEP_SEMANTICS[st.type][0] or STEP_SEMANTICS[st.type][1]), default=1)
+
+    def whole_steps(proto, size, eff):
+        # a message is a step's whole operand: room for the largest step, so no step is cut (engine
+        # max_allowed_count then joins a step's chunks into one message) and no chunk is sliced into passes
+        return int(math.ceil(size / ncpl)) * most
+    m.chunk_rule = whole_steps
+    m.chunk_steps = FIFO_CHUNK_STEPS
+    return m
+
+
+def _simple(program: Program) -> Program:
+    """Plans run Simple whatever the program's protocol; the engine reads the protocol from the program."""
+    if program.proto == "Simple" and program.nchunksperloop == basis(program):
+        return program
+    return replace(program, proto="Simple", nchunksperloop=basis(program))
+
+
+def served(plan: dict, size: int, inplace: bool) -> str | None:
+    """None when the executor runs ``plan`` for a call of ``size`` bytes (nccl-tests' size: the buffer its
+    message size counts), otherwise why not. The executor accepts a size that is a multiple of the alignment
+    whose aligned units divide by the chunk count (execution_plan.cc); the loaders select by the plan's
+    in-place flag and its [min_message_size, max_message_size]."""
+    if bool(plan["inplace"]) != bool(inplace):
+        return f"the plan serves {'in-place' if plan['inplace'] else 'out-of-place'} calls only"
+    lo, hi = plan.get("min_message_size", 0), plan.get("max_message_size", 2**64 - 1)
+    if size < lo or size > hi:
+        return f"{size} bytes is outside the plan's [min_message_size, max_message_size] = [{lo}, {hi}]"
+    return executor_refuses(plan, size)
+
+
+def executor_refuses(plan: dict, size: int) -> str | None:
+    """Why the executor refuses a call of ``size`` bytes with ``plan`` (an error, not a fallback), or None: the
+    size must be a multiple of the alignment whose aligned units divide by the chunk count
+    (execution_plan.cc)."""
+    g = plan["gpus"][0]
+    chunks = g["output_chunks"] if plan["collective"] == "allgather" else g["input_chunks"]
+    align = plan.get("buffer_alignment", rt.BUFFER_ALIGNMENT)
+    if size % align or (size // align) % max(chunks, 1):
+        return f"the executor refuses {size} bytes: not {chunks} chunks of whole {align}-byte units (execution_plan.cc)"
+    return None
+
+
+def time_plan(plan: dict, program: Program, topology, size: int, *, inplace: bool | None = None, bound=None,
+              mach: Machine | None = None, launch: str = DEFAULT_LAUNCH) -> Timing:
+    """The time of one call of ``size`` bytes of ``plan`` (written from ``program``); a Timing with
+    ``served=False`` and the reason when the executor would not run the plan for it."""
+    inplace = bool(plan["inplace"]) if inplace is None else inplace
+    reason = served(plan, size, inplace)
+    if reason:
+        return Timing(size, False, reason)
+    kind = plan["collective"]
+    mach = mach or machine(program, topology, kind)
+    try:
+        timing, _ = simulate(mach.program, topology, kind, size, model=model(topology, launch), bound=bound,
+                             machine=mach, native=True)
+    except CollsError as e:
+        raise CollsError(f"{plan['name']}: {e}") from None
+    timing.extra["protocol"] = "Simple"
+    return timing
+
+
+def run_files(texts, topology, sizes, *, inplace: bool = False, baseline: str | None = None,
+              warn=lambda line: None) -> tuple[str, dict]:
+    """``colls simulate`` for plans colls wrote: each plan read (:func:`colls.mscclpp.load`), proved
+    (:func:`colls.verify.plan.verify_plan`), read back to its Program (:func:`colls.mscclpp.program_of`: a plan
+    of another shape is refused) and timed per size; with ``baseline``, NCCL's own algorithms beside it (what
+    the NCCL API shim falls back to). Returns the text and the JSON."""
+    from colls import bound as bounds
+    from colls import mscclpp
+    from colls.simulate import report as rep
+    from colls.verify.plan import verify_plan
+    entries = []
+    for path, text in texts:
+        plan = mscclpp.load(text, path)
+        report = verify_plan(plan, plan["collective"], path)
+        if not report.ok:
+            raise CollsError(f"INVALID for mscclpp: {report.consequence()}; only correct plans are timed "
+                             f"(`colls verify {path}` lists the findings)", source=path)
+        program = mscclpp.program_of(plan, topology, path)
+        entries.append((path, plan, program))
+    kinds = {plan["collective"] for _, plan, _ in entries}
+    if len(kinds) > 1 and baseline:
+        raise CollsError(f"the plans compute different collectives ({', '.join(sorted(kinds))}): compare plans of "
+                         "one collective", key="FILE")
+    lines, results = [], []
+    bound_of: dict = {}
+    for path, plan, program in entries:
+        kind = plan["collective"]
+        if kind not in bound_of:
+            try:
+                bound_of[kind] = bounds.bound(topology, kind)
+            except CollsError:
+                bound_of[kind] = None
+        b = bound_of[kind]
+        mach = machine(program, topology, kind)
+        timings = [time_plan(plan, program, topology, s, inplace=inplace, bound=b, mach=mach) for s in sizes]
+        head = (f"{path}: MSCCL++ plan {plan['name']}, {kind} on {topology.name} ({topology.ngpus} GPUs), "
+                f"{'in-place' if plan['inplace'] else 'out-of-place'} plan, {'in-place' if inplace else 'out-of-place'} "
+                f"calls")
+        if b is not None:
+            head += f"; optimum {float(b.algbw):.1f} GB/s algbw, binding cut: {b.cut_words}"
+        lines += [head, rep.table(timings), ""]
+        results.append({"label": path, "collective": kind, "plan": plan["name"], "target": "mscclpp",
+                        "bound": b.to_dict() if b is not None else None, "sizes": [t.to_dict() for t in timings]})
+    if baseline:
+        from colls.simulate.baseline import RuntimeDefault, algorithm_of
+        kind = next(iter(kinds))
+        forced = None if baseline == "nccl" else (algorithm_of(baseline),)
+        base = RuntimeDefault(topology, kind, target="exe", algorithms=forced)
+        for note in base.notes:
+            warn(f"--baseline: {note}")
+        timings = [base.time(s, bound_of[kind]) for s in sizes]
+        lines += [f"{base.label}: {kind} on {topology.name} ({topology.ngpus} GPUs), what the NCCL API shim falls "
+                  "back to", rep.table(timings), ""]
+        results.append({"label": base.label, "collective": kind, "baseline": True,
+                        "sizes": [t.to_dict() for t in timings]})
+    lines.append(model_text(topology))
+    data = {"hardware": topology.name, "gpus": topology.ngpus, "inplace": inplace, "results": results,
+            "model": model_text(topology)}
+    return "\n".join(lines), data

@@ -1,0 +1,168 @@
+"""MSCCL++ plans from the command line: synth --target mscclpp, simulate FILE.json, compile --target mscclpp and
+explain on the folder it writes."""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from colls import mscclpp, pipeline
+from colls.collectives import Collective
+from colls.inputs import hardware
+from colls.simulate import simulate
+from colls.verify.plan import verify_plan
+
+
+def run(*args, cwd=None):
+    """The real entry point in a subprocess (exit codes and stderr as a shell sees them)."""
+    proc = subprocess.run([sys.executable, "-c", "from colls.cli import main; main()", *args],
+                          capture_output=True, text=True, cwd=cwd)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def assert_bad_input(rc, out, err, *words):
+    assert rc == 2, (rc, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("colls: error: "), err
+    assert "Traceback" not in err and not out
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+
+
+@pytest.fixture(scope="module")
+def synth_plan(tmp_path_factory):
+    d = tmp_path_factory.mktemp("synth")
+    a, b = d / "a.json", d / "b.json"
+    rc, out, err = run("synth", "--hardware", "dgx-a100", "--collective", "allgather", "--method", "direct",
+                       "--target", "mscclpp", "-o", str(a))
+    assert rc == 0, err
+    rc2, _, err2 = run("synth", "--hardware", "dgx-a100", "--collective", "allgather", "--method", "direct",
+                       "--target", "mscclpp", "-o", str(b), "--no-simulate")
+    assert rc2 == 0, err2
+    return a, b, out
+
+
+def test_synth_writes_a_plan_that_verifies_byte_identical(synth_plan):
+    a, b, out = synth_plan
+    assert out.startswith(f"wrote {a}: allgather direct on dgx-a100: 8 gpus")
+    assert "verified for mscclpp (in-place and out-of-place calls proved)" in out
+    assert "(MSCCL++ plan model)" in out and out.count("\n") == 1
+    assert a.read_bytes() == b.read_bytes()
+    plan = mscclpp.load(a.read_text(), str(a))
+    assert plan["inplace"] is False and plan["name"].endswith("-oop")
+    for inplace in (False, True):
+        report = verify_plan(plan, "allgather", str(a), inplace=inplace)
+        assert report.ok and report.facts["semantics_checked"], report.format()
+
+
+def test_synth_refuses_a_ring_allreduce_over_64_ops(tmp_path):
+    out_file = tmp_path / "r.json"
+    rc, out, err = run("synth", "--hardware", "dgx-a100", "--collective", "allreduce", "--method", "ring",
+                       "--target", "mscclpp", "-o", str(out_file))
+    assert_bad_input(rc, out, err, "at most 64 per threadblock", "MAX_OPERATION")
+    assert not out_file.exists() and os.listdir(tmp_path) == []
+
+
+def test_synth_refuses_ll_for_plans(tmp_path):
+    assert_bad_input(*run("synth", "--hardware", "dgx-a100", "--collective", "allgather", "--method", "direct",
+                          "--target", "mscclpp", "--proto", "LL", "-o", str(tmp_path / "x.json")), "--proto")
+
+
+def test_simulate_times_a_plan_against_its_xml(synth_plan):
+    """The plan's time at 1 MB is below the XML file's (MSCCL++'s fixed costs are lower: 4 us kernel and 1 us per
+    message against NCCL's 8.4 and 2.8), at 64 MB above it: the executor runs each step as one message, so a
+    receiver copies a whole chunk out of its scratch only after all of it has arrived, where the MSCCL
+    executor overlaps the copy of one 2 MB slice with the arrival of the next. Stated factor: 0.6-1.0 at 1 MB,
+    1.0-2.5 at 64 MB."""
+    a, _, _ = synth_plan
+    rc, out, err = run("simulate", str(a), "--hardware", "dgx-a100", "--sizes", "1MB,64MB", "--json")
+    assert rc == 0, err
+    data = json.loads(out)
+    sizes = data["results"][0]["sizes"]
+    assert all(s["served"] for s in sizes) and "MSCCL++ executor" in data["model"]
+    topo = hardware.load_topology("dgx-a100")
+    prog = pipeline.compile_schedule(topo, Collective("allgather", 8), "direct").program
+    xml = {s: simulate(prog, topo, "allgather", s)[0].time_us for s in (1 << 20, 64 << 20)}
+    small = sizes[0]["time_us"] / xml[1 << 20]
+    large = sizes[1]["time_us"] / xml[64 << 20]
+    assert 0.6 <= small <= 1.0, small
+    assert 1.0 <= large <= 2.5, large
+
+
+def test_simulate_refuses_plans_colls_did_not_write(synth_plan, tmp_path):
+    a, _, _ = synth_plan
+    plan = json.loads(a.read_text())
+    ops = plan["gpus"][0]["threadblocks"][0]["ops"]
+    at = next(i for i, op in enumerate(ops) if op["name"] == "nop")
+    ops.insert(at, {"name": "nop"})             # harmless to MSCCL++, but not what colls writes
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(plan))
+    assert verify_plan(plan, "allgather", "x").ok
+    assert_bad_input(*run("simulate", str(edited), "--hardware", "dgx-a100"), "edited.json", "not a plan colls writes")
+    other = tmp_path / "other.json"
+    other.write_text('{"kind": "allgather"}')
+    assert_bad_input(*run("simulate", str(other), "--hardware", "dgx-a100"), "other.json", "name: missing")
+    assert_bad_input(*run("simulate", str(a), "--hardware", "dgx-a100", "--nodes", "2"), "8 GPUs", "16")
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    d = tmp_path_factory.mktemp("compile") / "ag"
+    rc, out, err = run("compile", "--hardware", "dgx-a100", "--collective", "allgather", "--target", "mscclpp",
+                       "--methods", "direct,trees", "--sizes", "1MB:64MB:4", "--jobs", "1", "--quiet", "-o", str(d))
+    assert rc == 0, err
+    assert out.startswith(f"wrote {d}: ") and "register_plans.py" in out
+    return d
+
+
+def table(folder):
+    tree = ast.parse((folder / "register_plans.py").read_text())
+    node = next(n.value for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "PLANS")
+    return ast.literal_eval(node)
+
+
+def test_compile_writes_plans_env_and_register(folder):
+    names = sorted(os.listdir(folder))
+    assert {"README.md", "env.sh", "register_plans.py", "plans", "allgather.png"} <= set(names)
+    files = sorted(os.listdir(folder / "plans"))
+    assert files and all(f.endswith(".json") for f in files)
+    seen = set()
+    for f in files:
+        plan = mscclpp.load((folder / "plans" / f).read_text(), f)
+        assert plan["name"] not in seen and plan["name"] == f[:-5]
+        seen.add(plan["name"])
+        report = verify_plan(plan, "allgather", f)
+        assert report.ok and report.facts["semantics_checked"], report.format()
+    env = (folder / "env.sh").read_text()
+    for word in ('MSCCLPP_EXECUTION_PLAN_DIR="$_colls_dir/plans"', "libmscclpp_nccl.so",
+                 "MSCCLPP_ENABLE_NCCL_FALLBACK=TRUE", "MSCCLPP_NCCL_LIB_PATH"):
+        assert word in env
+    rows = table(folder)
+    assert sorted(os.path.basename(r[0]) for r in rows) == files
+    assert all(r[1] == "allgather" and r[2] == 8 and r[3] == 8 for r in rows)
+    readme = (folder / "README.md").read_text()
+    assert "half-open" in readme and "inclusive" in readme
+    compile(folder.joinpath("register_plans.py").read_text(), "register_plans.py", "exec")
+
+
+def test_explain_picks_the_plan_of_each_range(folder):
+    rows = table(folder)
+    for path, _, _, _, low, high, inplace in rows:
+        size = 1 << (high - 1).bit_length() - 1          # the largest power of two in the range
+        assert low <= size < high
+        args = ["explain", str(folder), "--ranks", "8", "--bytes", str(size), "--json"]
+        rc, out, err = run(*args + (["--inplace"] if inplace else []))
+        assert rc == 0, err
+        data = json.loads(out)
+        want = os.path.join(str(folder), path)
+        assert [entry["runs"] for entry in data["loaders"]] == [want, want], data["summary"]
+    outside = 1 << max(r[5] for r in rows).bit_length()      # a power of two above every range
+    rc, out, err = run("explain", str(folder), "--ranks", "8", "--bytes", str(outside))
+    assert rc == 0 and "no plan matches" in out.splitlines()[0], out
+    size = 1 << (rows[0][5] - 1).bit_length() - 1
+    rc, out, err = run("explain", str(folder), "--ranks", "16", "--bytes", str(size))     # 0.8 checks no world size
+    assert rc == 0 and "DANGER" in out and "for 8 ranks, the communicator has 16" in err, (out, err)
+    assert_bad_input(*run("explain", str(folder), "--ranks", "8", "--bytes", "3"), "--bytes")
