@@ -305,9 +305,13 @@ class _Reader:
             value = self.plain[raw] = int(raw)
             return value
         line = elem.sourceline
-        if not _INT_LITERAL.fullmatch(raw):
-            self.fail(f"<{elem.tag}> attribute {key}={raw!r} is not an integer", line)
         value = strtol(raw)
+        if not _INT_LITERAL.fullmatch(raw):
+            # the loader reads it with strtol all the same (digits as far as they go, else 0): an invalid file,
+            # like any other, whose checks then run on the value the loader gets
+            self.add("format-number", f"<{elem.tag}> {key}={raw!r} is not an integer; the loader reads {value}",
+                     where[0], where[1], where[2], line=line)
+            return value
         body = raw.strip().lstrip("+-")
         severity = "warning"                  # read as meant, only spelled unusually
         if body[:2].lower() == "0x":

@@ -132,6 +132,25 @@ def test_verify_invalid_file_exits_1(tmp_path):
     assert "minBytes" in stdout
 
 
+def test_verify_every_invalid_file_exits_1_even_a_value_that_is_not_a_number(tmp_path):
+    """ngpus="four" is an invalid file like any other (exit 1, the finding and what the loader reads), not
+    unreadable input; a minBytes beyond any call loads, is never used, and says so (a warning, exit 0)."""
+    out = tmp_path / "ag.xml"
+    rc, _, err = run("synth", "--hardware", "dgx-a100", "--collective", "allgather", "-o", str(out))
+    assert rc == 0, err
+    text = out.read_text()
+    four = tmp_path / "four.xml"
+    four.write_text(text.replace('ngpus="8"', 'ngpus="four"', 1))
+    rc, stdout, err = run("verify", str(four))
+    assert rc == 1 and err == "", err
+    assert "ngpus='four' is not an integer; the loader reads 0" in stdout and "INVALID" in stdout
+    big = tmp_path / "big.xml"
+    big.write_text(text.replace('minBytes="0"', 'minBytes="100000000000000000000000"', 1))
+    rc, stdout, err = run("verify", str(big))
+    assert rc == 0, stdout + err
+    assert "warning [bytes-unreachable]: minBytes=9223372036854775807" in stdout and "never used" in stdout
+
+
 def test_hardware_list_and_show():
     runner = CliRunner()
     res = runner.invoke(cli, ["hardware", "list"])

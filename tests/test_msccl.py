@@ -121,14 +121,27 @@ def test_missing_attributes_become_none_not_exceptions():
     ("this is not xml", r"^x\.xml: not well-formed XML"),
     ("<algo><gpu></algo>", r"^x\.xml: not well-formed XML"),
     ('<program name="a"/>', r"^x\.xml: the root element is <program>, not <algo>"),
-    ('<algo ngpus="two"/>', r"^x\.xml: <algo> attribute ngpus='two' is not an integer"),
-    ('<algo>\n<gpu id="0"><tb id="0"><step s="1.5"/></tb></gpu></algo>', r"<step> attribute s='1\.5' is not an integer \(line 2\)"),
-    ('<algo><gpu id=""/></algo>', r"attribute id='' is not an integer"),
 ])
 def test_not_msccl_xml_raises_one_line_collserror(text, message):
     with pytest.raises(CollsError, match=message) as err:
         parse(text, "x.xml")
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("text, message, value", [
+    ('<algo ngpus="two"/>', "<algo> ngpus='two' is not an integer; the loader reads 0", 0),
+    ('<algo>\n<gpu id="0"><tb id="0"><step s="1.5"/></tb></gpu></algo>', "<step> s='1.5' is not an integer; "
+     "the loader reads 1", 1),
+    ('<algo><gpu id=""/></algo>', "<gpu> id='' is not an integer; the loader reads 0", 0),
+])
+def test_a_value_that_is_not_an_integer_is_an_error_finding_with_what_the_loader_reads(text, message, value):
+    """Like any other invalid file (exit 1 from colls verify), not an unreadable one: the loader's strtol reads
+    its digits, or 0, and the checks go on with that value."""
+    program, findings = parse(text, "x.xml")
+    hits = [f for f in findings if f.rule == "format-number" and f.severity == "error"]
+    assert [f.message for f in hits] == [message]
+    assert value in (program.ngpus, program.gpus[0].id if program.gpus else None,
+                     program.gpus[0].tbs[0].steps[0].s if program.gpus and program.gpus[0].tbs else None)
 
 
 # --- the loader's text rules ----------------------------------------------------------------------------

@@ -708,6 +708,7 @@ def test_every_rule_is_exercised():
                     "format-number", "format-too-many-attrs", "format-long-value", "format-text",
                     "format-comment", "unknown-element", "attr-unknown"}     # tests/test_msccl.py
     exercised.add("root-assumed")                        # test_root_of_a_broadcast_is_inferred
+    exercised.add("bytes-unreachable")                   # tests/test_cli.py, a minBytes beyond any call
     assert set(RULES) - exercised - parser_rules == set()
 
 

@@ -55,9 +55,18 @@ def check(cx: Context) -> None:
     _infer_collective(cx)
 
 
+# The largest call any GPU can make: its buffers live in one GPU's memory, and none has 1 TiB (the largest
+# in 2026 hold under 300 GB).
+MAX_CALL_BYTES = 1 << 40
+
+
 def _check_sizes(cx: Context) -> None:
     p, t = cx.p, cx.t
     lo, hi = p.min_bytes, p.max_bytes
+    if lo is not None and lo > MAX_CALL_BYTES:
+        shown = min(lo, 2**63 - 1)      # the loader's strtoll stops at INT64_MAX
+        cx.add("bytes-unreachable", f"minBytes={shown}: no call is that large (a GPU's buffers are under "
+               f"{MAX_CALL_BYTES >> 40} TiB), so the file loads but is never used")
     if lo is not None and hi is not None and hi != 0:
         empty = lo >= hi if t.name == "old" else lo > hi
         if empty or hi < 0:
