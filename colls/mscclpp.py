@@ -21,7 +21,20 @@ Mapping (one plan threadblock per XML threadblock, same ids):
   consumption of the slot's previous message, also across calls (the grants of call n+1 are made after the
   receiver has finished call n).
 - ``depid``/``deps``: one device semaphore (init 0) per dependency; the producer releases it after the
-  step, the consumer acquires it before its step. Each is released and acquired once a call.
+  step, the consumer acquires it before its step. Each is released and acquired once a call (once a slice
+  when pipelined, below).
+- Pipelining (``slice_bytes``, on by default: :data:`colls.runtimes.mscclpp.PIPELINE_UNIT_BYTES`): the data
+  movement of each step runs inside a ``pipeline`` op of ``num_chunks`` = the step's chunk count, so the
+  executor runs it in slices of ``slice_bytes`` and the next hop forwards slice i while this one sends slice
+  i + 1, as the MSCCL executor overlaps hops slice by slice. The data handshake is per slice: the receiver's
+  wait and the sender's signal (or a port put's own signal) are inside the pipeline, so each runs once per
+  iteration on both sides and their counts agree at every call size. The credits stay per message, outside
+  the pipelines: a slice lands at the same offset in the slot as in the message (execution_kernel.hpp
+  handlePut adds the iteration's offset to source and destination alike), so slots hold whole messages, and
+  the credit for a message is granted once all its slices are consumed. A dependency between two pipelined
+  one-chunk steps is released and acquired inside both pipelines, once per slice (slice i of every chunk sits at
+  the same offset, as in the MSCCL executor's passes); any other stays around the whole step. A plan whose
+  pipelined form exceeds 64 ops in a threadblock is written unpipelined.
 - Threads: waits, signals, semaphore ops and port puts run on thread 0; copies, reductions and memory puts
   on all threads. A ``nop`` (__syncthreads) separates them where one must see the other's effect, as
   MSCCL++'s own generator does.
@@ -69,21 +82,33 @@ class _Conn:
 
 
 class _TB:
-    """The ops of one threadblock as they are written; ``dirty``: an all-thread op ran since the last nop."""
+    """The ops of one threadblock as they are written; ``dirty``: an all-thread op ran since the last nop.
+    Between :meth:`open` and :meth:`close` ops go into a pipeline's body."""
 
     def __init__(self):
         self.ops: list[dict] = []
+        self.body: list | None = None
         self.lane = None        # "t0", "all" or "nop" for the last op
         self.dirty = False
 
     def add(self, op: dict, lane: str) -> None:
-        self.ops.append(op)
+        (self.ops if self.body is None else self.body).append(op)
         self.lane = lane
         self.dirty = lane == "all" or (self.dirty and lane != "nop")
 
     def sync(self) -> None:
-        if self.ops and self.lane != "nop":
+        if self.lane is not None and self.lane != "nop":
             self.add({"name": "nop"}, "nop")
+
+    def open(self, unit: int, nchunks: int) -> None:
+        self.body = []
+        self.ops.append({"name": "pipeline", "iter_context": {"unit_size": unit, "num_chunks": nchunks},
+                         "ops": self.body})
+
+    def close(self) -> None:
+        if not self.body:
+            self.ops.pop()
+        self.body = None
 
     def sync_after_data(self) -> None:
         """A nop unless every thread's work since the last one is already ordered (before a signal or a
@@ -92,13 +117,46 @@ class _TB:
             self.sync()
 
 
-def plan_of(program: Program, topology, *, name: str, inplace: bool | None = None, slots: int = SLOTS) -> dict:
+def plan_of(program: Program, topology, *, name: str, inplace: bool | None = None, slots: int = SLOTS,
+            slice_bytes: int | None = rt.PIPELINE_UNIT_BYTES) -> dict:
     """The MSCCL++ plan of ``program`` for ``topology`` (which GPUs share a node), named ``name``.
 
     ``inplace``: the call type the plan is selected for (default: out-of-place when the program serves it).
+    ``slice_bytes``: pipeline each step's data movement in slices of this many bytes (None: one message per
+    step); a plan whose pipelined form has more than 64 ops in a threadblock is written unpipelined.
     Raises CollsError (naming the limit) when the program cannot be written: a collective or reduction the
     runtime cannot run, more than 64 ops in a threadblock, offsets beyond uint32, or no message size fits.
     """
+    if slice_bytes is not None and (slice_bytes <= 0 or slice_bytes % rt.PIPELINE_UNIT_ALIGNMENT):
+        raise CollsError(f"a pipeline slice of {slice_bytes} bytes: it must be a positive multiple of "
+                         f"{rt.PIPELINE_UNIT_ALIGNMENT} (execution_kernel.hpp handleReduceSend reads int4 "
+                         "vectors from offset / 16)", key="slice")
+    if slice_bytes is not None:
+        try:
+            return _plan(program, topology, name, inplace, slots, slice_bytes)
+        except _OverBudget:
+            pass
+    try:
+        return _plan(program, topology, name, inplace, slots, None)
+    except _OverBudget as e:
+        raise CollsError(str(e), key="ops") from None
+
+
+class _OverBudget(Exception):
+    """A threadblock needs more than 64 ops."""
+
+
+def slice_of(plan: dict) -> int | None:
+    """The slice a plan :func:`plan_of` wrote pipelines by (its pipelines' unit_size), or None."""
+    for g in plan["gpus"]:
+        for tb in g["threadblocks"]:
+            for op in tb["ops"]:
+                if op["name"] == "pipeline":
+                    return op["iter_context"]["unit_size"]
+    return None
+
+
+def _plan(program: Program, topology, name, inplace, slots: int, slice_bytes: int | None) -> dict:
     kind = program.coll
     if kind not in SUPPORTED:
         raise CollsError(f"MSCCL++ plans are written for {', '.join(SUPPORTED)}, not {kind!r}", key="coll")
@@ -146,7 +204,7 @@ def plan_of(program: Program, topology, *, name: str, inplace: bool | None = Non
 
     gpus = []
     for g in program.gpus:
-        gpus.append(_gpu_plan(program, g, conns, channels[g.id], scratch[g.id]))
+        gpus.append(_gpu_plan(program, g, conns, channels[g.id], scratch[g.id], slice_bytes))
 
     chunk_max, basis = _chunk_limit(program, kind, scratch)
     max_size = chunk_max * basis
@@ -212,7 +270,14 @@ def _tb(program: Program, gid: int, tid: int):
     raise KeyError((gid, tid))
 
 
-def _gpu_plan(program: Program, g, conns: dict, chans: dict, scratch_chunks: int) -> dict:
+def _sliced(st: Step, slice_bytes: int | None) -> bool:
+    """Does a step's data movement run in a pipeline? Every step that moves data, when pipelining."""
+    if slice_bytes is None or st.type == "nop" or not st.cnt or st.cnt < 1:
+        return False
+    return not (st.type == "cpy" and (st.srcbuf, st.srcoff) == (st.dstbuf, st.dstoff))
+
+
+def _gpu_plan(program: Program, g, conns: dict, chans: dict, scratch_chunks: int, slice_bytes) -> dict:
     gid = g.id
     # remote buffers: the scratch of every peer this GPU puts into, by channel type, peers in order
     remote = sorted({(c.dst, c.ctype) for c in conns.values() if c.src == gid})
@@ -228,14 +293,21 @@ def _gpu_plan(program: Program, g, conns: dict, chans: dict, scratch_chunks: int
     releases: dict = {}
     for d in deps:
         releases.setdefault((d[0], d[1]), []).append(sem_of[d])
+    # a dependency between two pipelined one-chunk steps is kept slice by slice (inside both pipelines)
+    steps = {tb.id: tb.steps for tb in g.tbs}
+    per_slice = set()
+    for d in deps:
+        a, b = steps[d[0]][d[1]], steps[d[2]][d[3]]
+        if _sliced(a, slice_bytes) and _sliced(b, slice_bytes) and a.cnt == b.cnt == 1:
+            per_slice.add(sem_of[d])
     tbs = []
     for tb in sorted(g.tbs, key=lambda t: t.id):
-        tbs.append(_tb_plan(g, tb, conns, remote_id, sem_of, releases))
+        tbs.append(_tb_plan(g, tb, conns, remote_id, sem_of, releases, slice_bytes, per_slice))
     for t in tbs:
-        if len(t["ops"]) > rt.MAX_OPERATIONS:
-            raise CollsError(f"gpu {gid} threadblock {t['id']} needs {len(t['ops'])} ops; MSCCL++ runs at most "
-                             f"{rt.MAX_OPERATIONS} per threadblock (MAX_OPERATION, execution_common.hpp)",
-                             key="ops")
+        n = sum(1 + len(op["ops"]) if op["name"] == "pipeline" else 1 for op in t["ops"])
+        if n > rt.MAX_OPERATIONS:
+            raise _OverBudget(f"gpu {gid} threadblock {t['id']} needs {n} ops; MSCCL++ runs at most "
+                              f"{rt.MAX_OPERATIONS} per threadblock (MAX_OPERATION, execution_common.hpp)")
     channels = [{"channel_type": ct, "connected_to": list(chans[ct])} for ct in ("memory", "port") if chans[ct]]
     return {
         "id": gid, "input_chunks": g.i_chunks or 0, "output_chunks": g.o_chunks or 0,
@@ -245,7 +317,7 @@ def _gpu_plan(program: Program, g, conns: dict, chans: dict, scratch_chunks: int
     }
 
 
-def _tb_plan(g, tb, conns: dict, remote_id: dict, sem_of: dict, releases: dict) -> dict:
+def _tb_plan(g, tb, conns: dict, remote_id: dict, sem_of: dict, releases: dict, slice_bytes, per_slice) -> dict:
     gid = g.id
     cin = conns.get((tb.recv, gid, tb.chan)) if tb.recv is not None and tb.recv >= 0 else None
     cout = conns.get((gid, tb.send, tb.chan)) if tb.send is not None and tb.send >= 0 else None
@@ -269,14 +341,25 @@ def _tb_plan(g, tb, conns: dict, remote_id: dict, sem_of: dict, releases: dict) 
     for k, st in enumerate(tb.steps):
         sends, receives, reads, writes, _ = STEP_SEMANTICS[st.type]
         cnt = st.cnt
-        if st.depid is not None and st.depid >= 0:
-            b.add({"name": "sem_acquire", "semaphore_ids": [sem_of[(st.depid, st.deps, tb.id, k)]]}, "t0")
-        waits = []
-        if receives:
-            waits.append((cin.ctype, index["in"]))
-        if sends:
-            waits.append((cout.ctype, index["out"]))
-        _grouped(b, "wait", waits)
+        piped = _sliced(st, slice_bytes)
+        acquire = sem_of[(st.depid, st.deps, tb.id, k)] if st.depid is not None and st.depid >= 0 else None
+        if acquire is not None and acquire not in per_slice:
+            b.add({"name": "sem_acquire", "semaphore_ids": [acquire]}, "t0")
+        if piped:
+            if sends:                                   # the credit for the whole message
+                _grouped(b, "wait", [(cout.ctype, index["out"])])
+            b.open(slice_bytes, cnt)
+            if acquire in per_slice:
+                b.add({"name": "sem_acquire", "semaphore_ids": [acquire]}, "t0")
+            if receives:                                # each slice's arrival
+                _grouped(b, "wait", [(cin.ctype, index["in"])])
+        else:
+            waits = []
+            if receives:
+                waits.append((cin.ctype, index["in"]))
+            if sends:
+                waits.append((cout.ctype, index["out"]))
+            _grouped(b, "wait", waits)
         slot_in = _local("s", cin.base + (k_in % cin.slots) * cin.slot, cnt) if receives else None
         out_at = cout.base + (k_out % cout.slots) * cout.slot if sends else None
         remote = _remote(0, out_at, cnt) if sends else None
@@ -329,26 +412,42 @@ def _tb_plan(g, tb, conns: dict, remote_id: dict, sem_of: dict, releases: dict) 
                     _pws(b, stage, remote, index["out"])
             if memory_out:
                 signals.append(("memory", index["out"]))
+        credits = []
         if receives:
             if k_in < len(cin.messages) - cin.slots:     # the last S messages' credits are the next call's grants
-                signals.append((cin.ctype, index["in"]))
+                credits.append((cin.ctype, index["in"]))
             k_in += 1
         if sends:
             k_out += 1
-        if signals:
-            b.sync_after_data()
-            _grouped(b, "signal", sorted(signals, key=lambda s: s[0] != "memory"))
-        ids = releases.get((tb.id, k))
-        if ids:
-            b.sync_after_data()
-            for at in range(0, len(ids), rt.MAX_SEMAPHORES_PER_OP):
-                b.add({"name": "sem_release", "semaphore_ids": ids[at:at + rt.MAX_SEMAPHORES_PER_OP]}, "t0")
+        ids = releases.get((tb.id, k)) or []
+        if piped:
+            _signal(b, signals)
+            _release(b, [i for i in ids if i in per_slice])
+            b.close()
+            _signal(b, credits)
+            _release(b, [i for i in ids if i not in per_slice])
+        else:
+            _signal(b, signals + credits)
+            _release(b, ids)
     return {
         "id": tb.id, "ops": b.ops,
         "channels": [{"channel_type": ct, "channel_ids": tb_chans[ct]} for ct in ("memory", "port") if ct in tb_chans],
         "remote_buffer_refs": [{"access_channel_type": ct, "remote_buffer_ids": refs[ct]}
                                for ct in ("memory", "port") if ct in refs],
     }
+
+
+def _signal(b: _TB, signals: list) -> None:
+    if signals:
+        b.sync_after_data()
+        _grouped(b, "signal", sorted(signals, key=lambda s: s[0] != "memory"))
+
+
+def _release(b: _TB, ids: list) -> None:
+    if ids:
+        b.sync_after_data()
+        for at in range(0, len(ids), rt.MAX_SEMAPHORES_PER_OP):
+            b.add({"name": "sem_release", "semaphore_ids": ids[at:at + rt.MAX_SEMAPHORES_PER_OP]}, "t0")
 
 
 def _pws(b: _TB, src: dict, remote: dict, channel: int) -> None:
@@ -540,7 +639,7 @@ def program_of(plan: dict, topology, source: str) -> Program:
         raise CollsError(f"{NOT_OURS} (unexpected {type(e).__name__} while reading its ops); colls times only "
                          "the plans it wrote", source=source) from None
     try:
-        again = plan_of(program, topology, name=plan["name"], inplace=plan["inplace"])
+        again = plan_of(program, topology, name=plan["name"], inplace=plan["inplace"], slice_bytes=slice_of(plan))
     except CollsError as e:
         raise CollsError(f"{NOT_OURS} ({e})", source=source) from None
     if json.loads(dumps(again)) != json.loads(json.dumps(plan)):
@@ -744,9 +843,12 @@ def _channel_numbers(conns: dict, conn_of: dict, ends: dict) -> dict:
 
 
 def _read_steps(ops: list, cin, cout, in_local, out_local, gpu: int, tb: int, sems: dict) -> list:
-    """The XML steps of one threadblock's ops (the inverse of :func:`_tb_plan`, nops skipped: writing the
-    program again checks where they are)."""
-    seq = [op for op in ops if op["name"] != "nop"]
+    """The XML steps of one threadblock's ops (the inverse of :func:`_tb_plan`, nops skipped and pipeline
+    bodies read in line: writing the program again checks where they are)."""
+    flat = []
+    for op in ops:
+        flat.extend(op["ops"] if op["name"] == "pipeline" else [op])
+    seq = [op for op in flat if op["name"] != "nop"]
     i = 0
     if cin is not None:
         while i < len(seq) and seq[i]["name"] == "signal" and seq[i].get("channel_ids") == [in_local] \
@@ -765,13 +867,18 @@ def _read_steps(ops: list, cin, cout, in_local, out_local, gpu: int, tb: int, se
     while i < len(seq):
         k = len(steps)
         acquire = None
-        if seq[i]["name"] == "sem_acquire":
-            if len(seq[i]["semaphore_ids"]) != 1:
-                fail("sem_acquire of several semaphores")
-            acquire = seq[i]["semaphore_ids"][0]
-            i += 1
         receives = sends = False
-        while i < len(seq) and seq[i]["name"] == "wait":
+        acquired_at = None
+        while i < len(seq) and seq[i]["name"] in ("wait", "sem_acquire"):
+            if seq[i]["name"] == "sem_acquire":        # before the waits, or inside the pipeline after the credit's
+                if len(seq[i]["semaphore_ids"]) != 1:
+                    fail("sem_acquire of several semaphores")
+                if acquire is not None:                 # a second one: the first was a nop step's
+                    i, receives, sends = acquired_at + 1, False, False
+                    break
+                acquire, acquired_at = seq[i]["semaphore_ids"][0], i
+                i += 1
+                continue
             for c in seq[i]["channel_ids"]:
                 if cin and seq[i]["channel_type"] == cin[0] and c == in_local and not receives:
                     receives = True
@@ -796,9 +903,10 @@ def _read_steps(ops: list, cin, cout, in_local, out_local, gpu: int, tb: int, se
                 fail(f"{seq[i]['name']} where a step starts" if i < len(seq) else "at the end")
             step = Step(k, "nop", "i", -1, "o", -1, 0)
         step.s = k
-        while i < len(seq) and seq[i]["name"] == "signal":
-            i += 1
-        while i < len(seq) and seq[i]["name"] == "sem_release":
+        while i < len(seq) and seq[i]["name"] in ("signal", "sem_release"):
+            if seq[i]["name"] == "signal":
+                i += 1
+                continue
             for s in seq[i]["semaphore_ids"]:
                 entry = sems.setdefault((gpu, s), [None, None])
                 if entry[0] is not None:

@@ -10,12 +10,15 @@ from colls import mscclpp, pipeline
 from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.inputs import hardware
+from colls.runtimes import mscclpp as rt
 from colls.verify.plan import PLAN_RULES, verify_plan
 
 KINDS = ("allgather", "reducescatter", "allreduce", "alltoall")
 # what does not fit 64 ops per threadblock: a ring threadblock makes every step of its ring
 REFUSED = {(1, "ring", "allreduce"), (2, "ring", "allgather"), (2, "ring", "reducescatter"),
            (2, "ring", "allreduce")}
+# what fits 64 ops only unpipelined (a pipelined step takes 2 to 3 ops more), so is written so
+UNPIPELINED = {(1, "ring", "allgather")}
 _TOPOS: dict = {}
 _PROGRAMS: dict = {}
 
@@ -47,11 +50,17 @@ def test_plans_verify_or_are_refused_by_the_op_limit(nodes, method, kind):
         return
     plan = mscclpp.plan_of(prog, topo(nodes), name=f"{method}-{kind}-{nodes}n")
     modes = (False, True) if nodes == 1 or (method, kind) != ("trees", "allreduce") else (True,)
+    piped = (nodes, method, kind) not in UNPIPELINED
+    assert mscclpp.slice_of(plan) == (rt.PIPELINE_UNIT_BYTES if piped else None)
     for inplace in modes:
         report = verify_plan(plan, kind, "<plan>", inplace=inplace)
         assert report.ok, report.format()
         assert report.facts["semantics_checked"]
-    assert max(len(tb["ops"]) for g in plan["gpus"] for tb in g["threadblocks"]) <= 64
+        # pipelines are followed slice by slice: one unit per chunk, and two (every pipeline iterates twice)
+        assert report.facts.get("units_per_chunk_checked", [1]) == ([1, 2] if piped else [1])
+    flat = [sum(1 + len(op["ops"]) if op["name"] == "pipeline" else 1 for op in tb["ops"])
+            for g in plan["gpus"] for tb in g["threadblocks"]]
+    assert max(flat) <= 64
     # cross-node connections use port channels, one node memory channels only
     types = {ch["channel_type"] for g in plan["gpus"] for ch in g["channels"]}
     assert types == ({"memory"} if nodes == 1 else {"memory", "port"})
@@ -69,6 +78,31 @@ def test_emission_is_deterministic_and_round_trips():
     assert a == b and a.endswith("\n")
     assert list(json.loads(a))[:6] == ["name", "collective", "protocol", "inplace", "reuse_resources", "gpus"]
     assert mscclpp.load(a, "d.json") == json.loads(a)
+
+
+def test_pipelined_steps_hand_over_slice_by_slice():
+    """Each step's data movement is a pipeline of num_chunks = its chunks: the receiver waits for every slice
+    inside it, the sender signals every slice inside it, the credit for a message (its wait before the
+    sender's pipeline, its signal after the receiver's) stays per message; one-chunk steps that depend on each
+    other release and acquire their semaphore once per slice."""
+    plan = mscclpp.plan_of(program(1, "trees", "allreduce"), topo(1), name="t")
+    pipes = [op for g in plan["gpus"] for tb in g["threadblocks"] for op in tb["ops"] if op["name"] == "pipeline"]
+    assert pipes and all(p["iter_context"] == {"unit_size": 1 << 20, "num_chunks": 1} for p in pipes)
+    bodies = [[op["name"] for op in p["ops"]] for p in pipes]
+    assert any(b[:1] == ["wait"] or b[:2] == ["sem_acquire", "wait"] for b in bodies)
+    assert any(b[-2:] == ["nop", "signal"] or b[-3:] == ["nop", "signal", "sem_release"] for b in bodies)
+    assert any("sem_acquire" in b for b in bodies) and any("sem_release" in b for b in bodies)
+    for g in plan["gpus"]:
+        for tb in g["threadblocks"]:
+            ops = tb["ops"]
+            for i, op in enumerate(ops):
+                if op["name"] == "pipeline" and any(x["name"] == "put" for x in op["ops"]):
+                    assert ops[i - 1]["name"] == "wait"            # the credit, once per message
+    unpiped = mscclpp.plan_of(program(1, "trees", "allreduce"), topo(1), name="t", slice_bytes=None)
+    assert mscclpp.slice_of(unpiped) is None
+    assert verify_plan(unpiped, "allreduce", "<plan>", inplace=False).ok
+    with pytest.raises(CollsError, match="multiple of 16"):
+        mscclpp.plan_of(program(1, "trees", "allreduce"), topo(1), name="t", slice_bytes=1000)
 
 
 def test_load_names_the_file_and_key():
@@ -109,6 +143,11 @@ def base(method="ring", kind="allgather"):
 
 def ops_of(plan, gpu, tb):
     return plan["gpus"][gpu]["threadblocks"][tb]["ops"]
+
+
+def flat(ops):
+    """The ops with pipeline bodies in line (the same op objects, so a mutation lands in the plan)."""
+    return [x for op in ops for x in ([op] + op["ops"] if op["name"] == "pipeline" else [op])]
 
 
 def first(ops, name, start=0):
@@ -190,7 +229,7 @@ def test_mutant_put_into_an_unconsumed_slot():
 
 def test_mutant_non_sum_reduce_op():
     plan = base("ring", "reducescatter")
-    ops = ops_of(plan, 0, 0)
+    ops = flat(ops_of(plan, 0, 0))                  # pipelined: the res is in a pipeline body
     ops[first(ops, "res")]["reduce_op"] = "max"
     assert "plan-reduce-op" in rules(plan, "reducescatter")
 
@@ -234,6 +273,59 @@ def test_mutant_unsafe_ops():
     assert "plan-op-unsafe" in rules(plan)
 
 
+def pipelines(plan, names):
+    """(threadblock ops, index, pipeline op) of every pipeline whose body has all ``names``."""
+    for g in plan["gpus"]:
+        for tb in g["threadblocks"]:
+            for i, op in enumerate(tb["ops"]):
+                if op["name"] == "pipeline" and set(names) <= {x["name"] for x in op["ops"]}:
+                    yield tb["ops"], i, op
+
+
+def test_mutant_missing_wait_inside_a_pipeline_body():
+    """The receiver waits for no slice: the sender signals once per iteration of a pipeline of 1 MiB slices of 1
+    chunk, the receiver never; counted per kind of pipeline, so at every call size."""
+    plan = base("direct", "allgather")
+    _, _, pipe = next(pipelines(plan, ["wait", "copy"]))
+    del pipe["ops"][first(pipe["ops"], "wait")]
+    assert rules(plan) == {"plan-signal-wait"}
+
+
+def test_mutant_pipeline_iterations_overrun_the_slot():
+    """num_chunks 2 on a put of one chunk: the second chunk's iterations compute size - offset below zero
+    (uint32) and write unit_size bytes past the slot, into the next slot, whose message may be unconsumed."""
+    plan = base("direct", "allgather")
+    _, _, pipe = next(pipelines(plan, ["put"]))
+    pipe["iter_context"]["num_chunks"] = 2
+    assert "plan-pipeline" in rules(plan)
+    plan = base("direct", "allgather")
+    for _, _, pipe in pipelines(plan, []):
+        pipe["iter_context"]["unit_size"] = (1 << 20) + 8
+    assert rules(plan) == {"plan-pipeline"}
+
+
+def test_mutant_slice_read_before_its_wait():
+    """The receiver copies a slice out of its slot before waiting for it: the put of the slice and the copy
+    are unordered."""
+    plan = base("direct", "allgather")
+    _, _, pipe = next(pipelines(plan, ["wait", "copy"]))
+    pipe["ops"].append(pipe["ops"].pop(first(pipe["ops"], "wait")))
+    assert "plan-slot-race" in rules(plan)
+
+
+def test_mutant_dependency_acquired_per_step_but_released_per_slice():
+    """A consumer acquires once before its pipeline what its producer releases once per slice: one unit per
+    chunk is right, but at two the second release lets the next call's acquire return before the producer's
+    slice is written; only the execution with pipelines iterating twice finds it."""
+    plan = base("trees", "allreduce")
+    ops, i, pipe = next(pipelines(plan, ["sem_acquire"]))
+    assert pipe["ops"][0]["name"] == "sem_acquire"
+    ops.insert(i, pipe["ops"].pop(0))
+    report = verify_plan(plan, "allreduce", "<mutant>", inplace=False)
+    assert not report.ok and "plan-race" in report.rules()
+    assert all("2 pipeline units" in f.message for f in report.findings if f.rule == "plan-race")
+
+
 def test_every_rule_has_an_effect_or_is_a_warning():
     assert all(text for _, text in PLAN_RULES.values())
 
@@ -254,8 +346,8 @@ def test_verify_command_reads_plans(tmp_path):
     good.write_text(json.dumps(plan))
     rc, out, err = run("verify", str(good))
     assert rc == 0, (out, err)
-    ops = plan["gpus"][1]["threadblocks"][0]["ops"]
-    del ops[next(i for i, op in enumerate(ops) if op["name"] == "wait")]
+    ops = next(op["ops"] for op in plan["gpus"][1]["threadblocks"][0]["ops"] if op["name"] == "pipeline")
+    del ops[next(i for i, op in enumerate(ops) if op["name"] == "wait")]     # the wait for a slice
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(plan))
     rc, out, err = run("verify", str(bad))

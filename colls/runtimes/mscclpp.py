@@ -68,6 +68,33 @@ BUFFER_ALIGNMENT = 16                # default buffer_alignment (EP); offsets ar
 DEFAULT_SCRATCH_BYTES = 1 << 27
 PREDEFINED_SCRATCH_BYTES = 1 << 26
 
+# The ``pipeline`` op (EK handlePipeline; EP setupOperations, setupOperation; EC struct Operation). The loader
+# stores a pipeline's body right after it (setupOperations: the body counts toward MAX_OPERATION) and sets
+# unitSize = iter_context.unit_size (bytes) and nIterations = ceil(num_chunks x chunk / unit_size), the chunk
+# being getUpperBoundChunkSize (setupOperation). The kernel runs the body nIterations times; iteration i runs
+# every body op with offset = i x unit_size added to *every* operand's offset, local and remote, and each data
+# op moves min(size - offset, unit_size) bytes of its operand (handleCopy, handlePut, handleReduceSend). Every
+# other op runs whole in every iteration: a ``signal``/``wait``/``sem_*`` in a body signals, waits, releases
+# or acquires once per iteration (handleSignal/handleWait ignore the offset), and channel semaphores count
+# (include/mscclpp/semaphore_device.hpp: wait() raises the expected token by one and polls until the inbound
+# token reaches it), so a body's wait consumes exactly one signal per iteration. MSCCL++'s own generator puts
+# signals, waits and semaphore ops inside pipelines (python/mscclpp/language/internal/operations.py
+# PipelineOperation, add_data_sync recursing into its operations). Consequences colls relies on:
+# - a slice lands at the same offset inside the destination as in the source, so a scratch slot must hold the
+#   whole message (slots cannot hold slices unless reuse_resources wraps scratch offsets, which colls never sets);
+# - the size is uint32 and ``size - offset`` wraps when an operand is shorter than the iterations cover, so
+#   every body operand must be num_chunks chunks (then the last offset is below the operand's size: the executor
+#   runs only sizes whose chunks are equal, EP checkMessageSize);
+# - handlePipeline reads nIterations into a uint16_t; reductions index 16-byte int4 vectors from offset / 16
+#   (handleReduceSend), so unit_size must be a multiple of 16.
+PIPELINE_MAX_ITERATIONS = 2**16 - 1
+PIPELINE_UNIT_ALIGNMENT = 16
+# The slice colls pipelines by: 1 MiB, the unit of MSCCL++'s own pipelined plans (python/mscclpp/language/
+# tests/single_node/allreduce_pipeline.py LoopIterationContext(unit=2**20, ...); test/executor-tests/
+# execution-plans/reduce_nvls_pipeline.json "unit_size": 1048576), half the MSCCL executor's Simple slice (2 MiB,
+# colls.verify.execution.chunk_effective_bytes).
+PIPELINE_UNIT_BYTES = 1 << 20
+
 # Which threads run an op (EK handle*): signal/wait/flush/sem ops and port-channel puts run on threads
 # tid < (number of channels, operands or semaphores); copies, reductions and memory-channel puts are
 # spread over all threads of the block. ``nop`` is __syncthreads() (EK handleNop) and ``barrier`` starts

@@ -5,10 +5,20 @@ A plan does what the Program it was written from does, step for step (:func:`col
 engine runs that Program (read back from the plan by :func:`colls.mscclpp.program_of` when only the plan is
 at hand) with what differs in MSCCL++:
 
-- **Messages.** The executor runs every op over its whole operand: a step of ``cnt`` chunks is one message of
-  ``cnt`` chunks whatever the call size (no slices, no passes: ``Machine.chunk_rule``). Each connection has
+- **Messages.** An unpipelined plan runs every op over its whole operand: a step of ``cnt`` chunks is one
+  message of ``cnt`` chunks whatever the call size (no slices, no passes: ``Machine.chunk_rule``). A
+  pipelined plan (:func:`colls.mscclpp.slice_of`) moves each step in slices of the pipeline's unit, each with
+  its own signal and wait: the message is the slice (``Machine.chunk_rule`` gives the unit once a step's
+  operand is larger), so the engine runs one pass per slice and a hop forwards slice i while the previous
+  one sends slice i + 1, as it does for the MSCCL executor's 2 MiB slices. colls' steps move one chunk each,
+  where the plan's slices and the engine's per-chunk passes are the same bytes; the engine runs them pass by
+  pass (every step's slice i, then slice i + 1) where the plan runs them step by step (all slices of a
+  step, then the next step), which the engine cannot express: the order of one threadblock's work differs,
+  the bytes, messages and dependencies (slice i on slice i) do not. Each connection has
   :data:`colls.mscclpp.SLOTS` = 2 scratch slots, granted by credits: a FIFO of 2 messages
-  (``Machine.chunk_steps`` = 4 of NCCL's 8 steps, :func:`colls.verify.execution.fifo_messages`).
+  (``Machine.chunk_steps`` = 4 of NCCL's 8 steps, :func:`colls.verify.execution.fifo_messages`); pipelined,
+  the plan's credits are per whole message, so 2 slices in flight is fewer than the plan allows (the time
+  errs high).
 - **Costs** (:func:`model`): the kernel's fixed cost and a message's (signal and wait) from MSCCL++'s published
   figures; a port channel's proxy delay on every cross-node message; a threadblock's copy rate and the
   host's launch cost from the NCCL executor's figures (MSCCL++ publishes none).
@@ -45,8 +55,9 @@ def model_text(topology, launch: str = DEFAULT_LAUNCH) -> str:
     fam = family_of(topology.gpu_model())
     return (f"model (MSCCL++ executor on {fam.name}): {fam.host_us[launch]:g} us host launch ({launch}, NCCL's "
             f"measured figure) + {rt.KERNEL_US:g} us kernel per call, {rt.STEP_US:g} us per message (signal and "
-            f"wait), {rt.PORT_PROXY_US:.3g} us proxy delay per cross-node message, one message per step and 2 slots "
-            f"per connection, a threadblock copies at most {fam.tb_gbps['Simple']:g} GB/s (NCCL's figure)")
+            f"wait), {rt.PORT_PROXY_US:.3g} us proxy delay per cross-node message, one message per step (per "
+            f"{rt.PIPELINE_UNIT_BYTES >> 20} MiB slice when pipelined) and 2 slots per connection, a threadblock "
+            f"copies at most {fam.tb_gbps['Simple']:g} GB/s (NCCL's figure)")
 
 
 def basis(program: Program) -> int:
@@ -55,20 +66,41 @@ def basis(program: Program) -> int:
     return g.o_chunks if program.coll == "allgather" else g.i_chunks
 
 
-def machine(program: Program, topology, kind: str) -> Machine:
-    """The Program laid out for the engine, cut into messages as the MSCCL++ executor runs a plan."""
+AUTO = "auto"
+
+
+def machine(program: Program, topology, kind: str, slice_bytes=AUTO) -> Machine:
+    """The Program laid out for the engine, cut into messages as the MSCCL++ executor runs its plan.
+
+    ``slice_bytes``: the plan's pipeline unit (:func:`colls.mscclpp.slice_of`), None for an unpipelined plan;
+    by default the one :func:`colls.mscclpp.plan_of` writes for ``program``."""
+    if slice_bytes == AUTO:
+        slice_bytes = default_slice(program, topology)
     m = Machine(_simple(program), topology, kind)
     ncpl = basis(program) or 1
     most = max((max(int(st.cnt or 0), 1) for g in program.gpus for tb in g.tbs for st in tb.steps
                 if STEP_SEMANTICS[st.type][0] or STEP_SEMANTICS[st.type][1]), default=1)
 
-    def whole_steps(proto, size, eff):
+    def plan_messages(proto, size, eff):
         # a message is a step's whole operand: room for the largest step, so no step is cut (engine
-        # max_allowed_count then joins a step's chunks into one message) and no chunk is sliced into passes
-        return int(math.ceil(size / ncpl)) * most
-    m.chunk_rule = whole_steps
+        # max_allowed_count then joins a step's chunks into one message) and no chunk is sliced into passes;
+        # pipelined, a slice once the step is larger than one
+        whole = int(math.ceil(size / ncpl)) * most
+        return whole if slice_bytes is None or whole <= slice_bytes else slice_bytes
+    m.chunk_rule = plan_messages
     m.chunk_steps = FIFO_CHUNK_STEPS
+    m.plan_slice = slice_bytes
     return m
+
+
+def default_slice(program: Program, topology) -> int | None:
+    """The pipeline unit of the plan :func:`colls.mscclpp.plan_of` writes for ``program`` (None: unpipelined, or
+    no plan)."""
+    from colls import mscclpp
+    try:
+        return mscclpp.slice_of(mscclpp.plan_of(program, topology, name="timing"))
+    except CollsError:
+        return None
 
 
 def _simple(program: Program) -> Program:
@@ -112,7 +144,10 @@ def time_plan(plan: dict, program: Program, topology, size: int, *, inplace: boo
     if reason:
         return Timing(size, False, reason)
     kind = plan["collective"]
-    mach = mach or machine(program, topology, kind)
+    from colls.mscclpp import slice_of
+    cut = slice_of(plan)
+    if mach is None or getattr(mach, "plan_slice", AUTO) != cut:
+        mach = machine(program, topology, kind, cut)
     try:
         timing, _ = simulate(mach.program, topology, kind, size, model=model(topology, launch), bound=bound,
                              machine=mach, native=True)
@@ -155,7 +190,7 @@ def run_files(texts, topology, sizes, *, inplace: bool = False, baseline: str | 
             except CollsError:
                 bound_of[kind] = None
         b = bound_of[kind]
-        mach = machine(program, topology, kind)
+        mach = machine(program, topology, kind, mscclpp.slice_of(plan))
         timings = [time_plan(plan, program, topology, s, inplace=inplace, bound=b, mach=mach) for s in sizes]
         head = (f"{path}: MSCCL++ plan {plan['name']}, {kind} on {topology.name} ({topology.ngpus} GPUs), "
                 f"{'in-place' if plan['inplace'] else 'out-of-place'} plan, {'in-place' if inplace else 'out-of-place'} "

@@ -19,14 +19,30 @@ the collective for every rank.
 5. the symbolic values of that execution (sets of (rank, input chunk) contributions, as in
    :mod:`colls.verify.semantics`) against the collective's postcondition, for both calls.
 
+Pipelines (``pipeline`` ops, :mod:`colls.runtimes.mscclpp` gives the kernel's semantics) are followed as the
+kernel runs them. Their shape is checked first (``plan-pipeline``: a positive unit that is a multiple of 16,
+``num_chunks`` >= 1, every body operand ``num_chunks`` chunks long, no nested pipeline, at most 65,535
+iterations at max_message_size). Signal/wait pairing counts a body's signals and waits once per iteration:
+the counts must agree per kind of pipeline ((unit_size, num_chunks), whose iteration count is the same
+function of the call size on both sides) and outside pipelines, so they agree at every call size. The thread
+check runs over two iterations of every body (slice i and slice i + 1 of an operand are disjoint). Steps 4
+and 5 run on the plan unrolled at a chunk of ``k`` units (``k`` = 1, and 2 when max_message_size allows a
+chunk of more than one unit): memory is tracked per unit, a body op in iteration i touches unit i of each
+operand, an op outside pipelines its operands' every unit. One chunk of one unit is the unpipelined
+behaviour (every small call); two units make every pipeline iterate twice per chunk, so a slice of one
+message overlaps the next slice's transfer exactly as at any larger size (the protocol is the same in every
+iteration, and slices that are not whole units touch the same ranges as whole ones).
+
 The facts come from microsoft/mscclpp (:mod:`colls.runtimes.mscclpp`, each cited). What is not modelled
-(packet ops of the LL protocol, NVLS switch ops, remote reads ``rre``/``rres``/``get``, pipelines, thread
-block groups) leaves the verdict ``unproven``.
+(packet ops of the LL protocol, NVLS switch ops, remote reads ``rre``/``rres``/``get``, pipelines of different
+unit sizes in one plan, thread block groups) leaves the verdict ``unproven``.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+
+import numpy as np
 
 from colls.collectives import KINDS, Collective, SymbolicError, describe, reduce_values
 from colls.msccl import Finding
@@ -49,6 +65,9 @@ PLAN_RULES: dict[str, tuple[str | None, str]] = {
     "plan-chunks": (LOAD, "chunk counts that are zero, differ between GPUs, or do not fit the collective"),
     "plan-tb-id": (UB, "threadblock ids are not 0..n-1 in list order (ops by position, channels by id)"),
     "plan-op-count": (LOAD, "more than 64 ops in a threadblock, pipeline bodies counted (MAX_OPERATION)"),
+    "plan-pipeline": (UB, "a pipeline the kernel runs wrongly: unit not a positive multiple of 16, num_chunks < 1, "
+                          "a body operand not num_chunks chunks (uint32 size - offset wraps), a nested pipeline, "
+                          "more than 65535 iterations (uint16)"),
     "plan-operand": (UB, "an operand outside its buffer's chunks"),
     "plan-operand-count": (UB, "more than 10 operands or 8 channels in one op (fixed arrays in Operation)"),
     "plan-offset-range": (UB, "an offset beyond uint32 at max_message_size"),
@@ -79,7 +98,7 @@ PLAN_RULES: dict[str, tuple[str | None, str]] = {
 _SIGNALS = ("signal", "rlxsignal")
 _WAITS = ("wait", "rlxwait")
 _MODELLED = frozenset({"nop", "barrier", "signal", "wait", "rlxsignal", "rlxwait", "put", "pws", "copy", "re",
-                       "res", "sem_acquire", "sem_release", "flush"})
+                       "res", "sem_acquire", "sem_release", "flush", "pipeline"})
 
 
 class _Cx:
@@ -135,8 +154,15 @@ def verify_plan(plan: dict, kind: str, source: str, *, inplace: bool | None = No
         elif kind not in KINDS or m.coll is None:
             _skip(cx, f"collective {kind!r} is not modelled")
         else:
-            done = m.execute(inplace)
+            done = True
+            for units in m.units_per_chunk():
+                done = m.execute(inplace, units)
+                if not done:
+                    break
             facts["deadlock_free"] = done
+            if m.unit:
+                facts["pipeline_unit_bytes"] = m.unit
+                facts["units_per_chunk_checked"] = m.units_per_chunk()
             if done:
                 facts["checked"] = ["in-place" if inplace else "out-of-place"]
                 facts["semantics_checked"] = True
@@ -160,6 +186,35 @@ def _flat_ops(ops):
     return out
 
 
+def _context(ops):
+    """(op, its pipeline's (unit_size, num_chunks) or None) for every op but the pipelines themselves."""
+    for op in ops:
+        if op["name"] == "pipeline":
+            ctx = op["iter_context"]
+            for inner in op.get("ops") or []:
+                yield inner, (ctx["unit_size"], ctx["num_chunks"])
+        else:
+            yield op, None
+
+
+def _unrolled(ops, iterations):
+    """The ops as the kernel runs them: (op, its index among :func:`_flat_ops`, slice), a pipeline's body
+    ``iterations(pipeline op)`` times with slice = the iteration, every other op once with slice None
+    (handlePipeline: the pipeline op then skips its body)."""
+    out = []
+    pos = 0
+    for op in ops:
+        if op["name"] == "pipeline":
+            body = op.get("ops") or []
+            for i in range(iterations(op)):
+                out.extend((inner, pos + 1 + j, i) for j, inner in enumerate(body))
+            pos += 1 + len(body)
+        else:
+            out.append((op, pos, None))
+            pos += 1
+    return out
+
+
 def _lane(op) -> str:
     name = op["name"]
     if name in ("nop", "barrier"):
@@ -169,16 +224,20 @@ def _lane(op) -> str:
     return "all"
 
 
-def _ranges(operands, local_only=True):
+def _ranges(operands, sl=None):
+    """Local operands as (buffer, first chunk, end chunk, slice): slice None is the whole operand."""
     out = []
     for b in operands or ():
         if "type" in b:
-            out.append((b["type"], b["index"], b["index"] + b["size"]))
+            out.append((b["type"], b["index"], b["index"] + b["size"], sl))
     return out
 
 
 def _overlap(a, b) -> bool:
-    return any(x[0] == y[0] and x[1] < y[2] and y[1] < x[2] for x in a for y in b)
+    """Do two operand lists share memory? Slices i and j != i of operands are disjoint (each is unit_size
+    bytes at i x unit_size)."""
+    return any(x[0] == y[0] and x[1] < y[2] and y[1] < x[2] and (x[3] is None or y[3] is None or x[3] == y[3])
+               for x in a for y in b)
 
 
 class _Model:
@@ -194,6 +253,13 @@ class _Model:
         self.partner: dict = {}         # (g, type, index) -> (peer, type, index)
         self.chan_owner: dict = {}      # (g, type, index) -> tb
         self.chunk_bytes = 0
+        self.unit = None                # the pipelines' unit_size
+
+    def units_per_chunk(self) -> list[int]:
+        """The chunk sizes, in pipeline units, the execution is checked at (see the module docstring)."""
+        if not self.unit:
+            return [1]
+        return [1, 2] if self.chunk_bytes > self.unit else [1]
 
     # --- static checks ------------------------------------------------------------------------------
     def check_static(self) -> None:
@@ -225,7 +291,9 @@ class _Model:
                            f"{rt.MAX_OPERATIONS}", gpu=r, tb=pos)
                 for k, op in enumerate(flat):
                     self._check_op(r, pos, k, op)
-                self._check_thread_sync(r, pos, flat)
+                    if op["name"] == "pipeline":
+                        self._check_pipeline(r, pos, k, op)
+                self._check_thread_sync(r, pos, _unrolled(tb["ops"], lambda p: 2))
         self._check_pairing()
 
     def _check_chunks(self, max_size) -> None:
@@ -332,6 +400,39 @@ class _Model:
                 refs.append(rf)
             self.tbch.append(chs)
             self.tbref.append(refs)
+
+    def _check_pipeline(self, r, t, k, op) -> None:
+        cx = self.cx
+        ctx = op["iter_context"]
+        unit, n = ctx["unit_size"], ctx["num_chunks"]
+        if unit < 1 or unit % rt.PIPELINE_UNIT_ALIGNMENT:
+            cx.add("plan-pipeline", f"unit_size {unit}: not a positive multiple of {rt.PIPELINE_UNIT_ALIGNMENT} "
+                   "(the loader divides by it; reductions read 16-byte vectors from offset / 16)", gpu=r, tb=t, op=k)
+            return
+        if n < 1:
+            cx.add("plan-pipeline", f"num_chunks {n}: the pipeline runs no iteration", gpu=r, tb=t, op=k)
+            return
+        if self.unit is None:
+            self.unit = unit
+        elif unit != self.unit:
+            self.unmodelled.add(f"pipelines of unit sizes {self.unit} and {unit}")
+        iterations = -(-n * self.chunk_bytes // unit)
+        if iterations > rt.PIPELINE_MAX_ITERATIONS:
+            cx.add("plan-pipeline", f"{iterations} iterations at max_message_size: handlePipeline counts them in "
+                   "a uint16_t", gpu=r, tb=t, op=k)
+        for j, inner in enumerate(op.get("ops") or []):
+            if inner["name"] == "pipeline":
+                cx.add("plan-pipeline", "a pipeline inside a pipeline: the loader flattens one level only",
+                       gpu=r, tb=t, op=k + 1 + j)
+                continue
+            sizes = {b["size"] for key in ("src_buff", "dst_buff") for b in inner.get(key) or []}
+            if sizes and sizes != {n}:
+                short = min(sizes) < n
+                cx.add("plan-pipeline", f"{inner['name']} has operands of {sorted(sizes)} chunk(s) in a pipeline of "
+                       f"num_chunks {n}: " + ("its later iterations compute size - offset below zero in uint32 and "
+                                              "move unit_size bytes beyond the operand" if short else
+                                              "the iterations end before the operand does"),
+                       gpu=r, tb=t, op=k + 1 + j)
 
     def size_of(self, r: int, buf: str) -> int:
         g = self.gpus[r]
@@ -453,17 +554,19 @@ class _Model:
                    "max_message_size, beyond uint32", gpu=r, tb=t, op=k)
 
     def _check_thread_sync(self, r, t, ops) -> None:
+        """``ops`` unrolled (:func:`_unrolled`, two iterations of every pipeline)."""
         since: list = []
-        for k, x in enumerate(ops):
+        reported = set()
+        for x, k, sx in ops:
             lx = _lane(x)
             if lx == "sync":
                 since = []
                 continue
             why = None
-            xw, xr = _ranges(x.get("dst_buff")), _ranges(x.get("src_buff"))
-            for y in since:
+            xw, xr = _ranges(x.get("dst_buff"), sx), _ranges(x.get("src_buff"), sx)
+            for y, sy in since:
                 ly = _lane(y)
-                yw, yr = _ranges(y.get("dst_buff")), _ranges(y.get("src_buff"))
+                yw, yr = _ranges(y.get("dst_buff"), sy), _ranges(y.get("src_buff"), sy)
                 if lx == "all":
                     if y["name"] in _WAITS + ("sem_acquire",):
                         why = f"{x['name']} runs on all threads right after {y['name']} on thread 0"
@@ -477,17 +580,19 @@ class _Model:
                     why = f"{x['name']} on thread 0 reads what {y['name']} writes on other threads"
                 if why:
                     break
-            if why:
+            if why and k not in reported:
+                reported.add(k)
                 self.cx.add("plan-thread-sync", why + ", with no nop between", gpu=r, tb=t, op=k)
-            since.append(x)
+            since.append((x, sx))
 
     def _check_pairing(self) -> None:
-        """Signals sent on each channel against waits on its pair (counted per call)."""
-        sent: dict = defaultdict(int)
-        waited: dict = defaultdict(int)
+        """Signals sent on each channel against waits on its pair, counted per call: for each kind of
+        pipeline (unit_size, num_chunks) once per iteration, outside pipelines once (key None)."""
+        sent: dict = defaultdict(lambda: defaultdict(int))
+        waited: dict = defaultdict(lambda: defaultdict(int))
         for r, g in enumerate(self.gpus):
             for t, tb in enumerate(g["threadblocks"]):
-                for op in _flat_ops(tb["ops"]):
+                for op, ctx in _context(tb["ops"]):
                     ct = op.get("channel_type")
                     if ct not in ("memory", "port"):
                         continue
@@ -499,9 +604,9 @@ class _Model:
                         if 0 <= c < len(self.tbch[r][t][ct]):
                             ep = (r, ct, self.tbch[r][t][ct][c])
                             if signals:
-                                sent[ep] += 1
+                                sent[ep][ctx] += 1
                             else:
-                                waited[ep] += 1
+                                waited[ep][ctx] += 1
         eps = set(sent) | set(waited)
         eps |= {self.partner[ep] for ep in eps if ep in self.partner}
         for ep in sorted(eps):
@@ -510,26 +615,35 @@ class _Model:
                 self.cx.add("plan-signal-wait", f"{ep[1]} channel {ep[2]} is used but has no paired channel on "
                             "the peer", gpu=ep[0], tb=self.chan_owner.get(ep))
                 continue
-            if sent[ep] != waited[partner]:
-                more = "never waited for (the next call's wait returns early)" if sent[ep] > waited[partner] \
+            a, b = sent[ep], waited[partner]
+            if {x: v for x, v in a.items() if v} != {x: v for x, v in b.items() if v}:
+                ctx = next(x for x in sorted(set(a) | set(b), key=repr) if a[x] != b[x])
+                more = "never waited for (the next call's wait returns early)" if a[ctx] > b[ctx] \
                     else "waits that no signal answers"
-                self.cx.add("plan-signal-wait", f"gpu {ep[0]} signals {sent[ep]} time(s) over {ep[1]} channel "
-                            f"{ep[2]} to {partner[0]}, which waits {waited[partner]} time(s): {more}",
+                where = "" if ctx is None else \
+                    f" once per iteration of pipelines of unit_size {ctx[0]} and num_chunks {ctx[1]}"
+                self.cx.add("plan-signal-wait", f"gpu {ep[0]} signals {a[ctx]} time(s){where} over {ep[1]} channel "
+                            f"{ep[2]} to {partner[0]}, which waits {b[ctx]} time(s){where}: {more}",
                             gpu=partner[0], tb=self.chan_owner.get(partner))
 
     # --- execution ----------------------------------------------------------------------------------
-    def execute(self, inplace: bool) -> bool:
-        return _Execution(self, inplace).run()
+    def execute(self, inplace: bool, units: int = 1) -> bool:
+        return _Execution(self, inplace, units).run()
 
 
 class _Execution:
-    """Two consecutive calls, threadblock by threadblock until each blocks; vector clocks and values."""
+    """Two consecutive calls, threadblock by threadblock until each blocks; vector clocks and values.
+
+    ``units``: a chunk is that many pipeline units; memory is tracked per unit (location (rank, storage,
+    unit within the chunk)) and every pipeline runs num_chunks x units iterations."""
 
     CALLS = 2
 
-    def __init__(self, m: _Model, inplace: bool):
+    def __init__(self, m: _Model, inplace: bool, units: int = 1):
         self.m, self.cx, self.inplace = m, m.cx, inplace
-        self.label = "in-place" if inplace else "out-of-place"
+        self.units = units
+        self.label = ("in-place" if inplace else "out-of-place") + \
+            (f", chunks of {units} pipeline units" if units > 1 else "")
         self.calls = "in-place calls" if inplace else "out-of-place calls"
         self.tbs = []                   # (call, gpu, tb position)
         for call in range(self.CALLS):
@@ -538,10 +652,10 @@ class _Execution:
                     self.tbs.append((call, r, t))
         self.index = {key: i for i, key in enumerate(self.tbs)}
         nt = len(self.tbs)
-        self.ops = [_flat_ops(m.gpus[r]["threadblocks"][t]["ops"]) for _, r, t in self.tbs]
+        self.ops = [_unrolled(m.gpus[r]["threadblocks"][t]["ops"], self._iterations) for _, r, t in self.tbs]
         self.pc = [0] * nt
         self.own = [0] * nt
-        self.clock = [[0] * nt for _ in range(nt)]
+        self.clock = [np.zeros(nt, dtype=np.int64) for _ in range(nt)]
         self.started = [call == 0 for call, _, _ in self.tbs]
         self.inbox: dict = defaultdict(list)        # endpoint -> [(clock, own, tbi, async reads)]
         self.consumed: dict = defaultdict(int)
@@ -555,18 +669,25 @@ class _Execution:
         for call in range(self.CALLS):
             for r in range(m.n):
                 for storage, value in m.coll.initial_state(r, inplace).items():
-                    self.mem[(r, self._key(call, storage))] = value
+                    for u in range(units):
+                        self.mem[(r, self._key(call, storage), u)] = value
+
+    def _iterations(self, op) -> int:
+        """handlePipeline's count at a chunk of ``units`` units: ceil(num_chunks x chunk / unit_size)."""
+        return op["iter_context"]["num_chunks"] * self.units
+
+    def _units(self, b, sl) -> list:
+        """The units of a local or remote operand an op touches: all of them, or the slice's one."""
+        first = b["index"] * self.units
+        if sl is None:
+            return list(range(first, first + b["size"] * self.units))
+        return [first + sl] if sl < b["size"] * self.units else []
 
     def _key(self, call, storage):
         return storage if storage[0] == "s" else (call,) + storage
 
-    def _where(self, i):
-        call, r, t = self.tbs[i]
-        return r, t, self.pc[i]
-
     def _join(self, i, clock, own, j):
-        mine = self.clock[i]
-        new = [a if a >= b else b for a, b in zip(mine, clock)]
+        new = np.maximum(self.clock[i], clock)      # a new array: clocks already recorded stay as they were
         if new[j] < own:
             new[j] = own
         self.clock[i] = new
@@ -584,7 +705,9 @@ class _Execution:
             for i in stuck[:REPORT_CAP]:
                 call, r, t = self.tbs[i]
                 what = self._blocked(i)
-                self.cx.add("plan-deadlock", f"call {call + 1}: blocked at {what}", gpu=r, tb=t, op=self.pc[i],
+                op, flat, sl = self.ops[i][self.pc[i]]
+                at = f" (iteration {sl + 1} of its pipeline, chunks of {self.units} units)" if sl is not None else ""
+                self.cx.add("plan-deadlock", f"call {call + 1}: blocked at {what}{at}", gpu=r, tb=t, op=flat,
                             calls=self.calls)
             _skip(self.cx, "race and correctness checks were not run: the plan deadlocks")
             return False
@@ -595,7 +718,7 @@ class _Execution:
     def _blocked(self, i) -> str:
         if not self.started[i]:
             return "its start (the GPU's first call never finished)"
-        op = self.ops[i][self.pc[i]]
+        op = self.ops[i][self.pc[i]][0]
         if op["name"] in _WAITS:
             return f"{op['name']} on {op['channel_type']} channel(s) {op['channel_ids']} (no signal comes)"
         if op["name"] == "sem_acquire":
@@ -620,7 +743,7 @@ class _Execution:
             for j in prev:
                 self._join(i, self.clock[j], self.own[j], j)
             self.started[i] = True
-        op = self.ops[i][self.pc[i]]
+        op, flat, sl = self.ops[i][self.pc[i]]
         name = op["name"]
         if name in _WAITS:
             eps = [self._endpoint(i, op, c) for c in op["channel_ids"]]
@@ -665,7 +788,7 @@ class _Execution:
             self.own[i] += 1
         else:
             self.own[i] += 1
-            self._apply(i, call, r, t, op)
+            self._apply(i, call, r, t, op, flat, sl)
         self.pc[i] += 1
         return True
 
@@ -674,10 +797,10 @@ class _Execution:
         reads = self.pending.pop(ep, [])
         self.inbox[partner].append((self.clock[i], self.own[i], i, reads))
 
-    def _apply(self, i, call, r, t, op) -> None:
+    def _apply(self, i, call, r, t, op, flat, sl) -> None:
         name = op["name"]
         ct = op.get("channel_type")
-        where = (r, t, self.pc[i])
+        where = (r, t, flat)
         if name in _SIGNALS:
             for c in op["channel_ids"]:
                 self._signal(i, self._endpoint(i, op, c))
@@ -693,33 +816,35 @@ class _Execution:
         if name in ("put", "pws"):
             for n, (s, d) in enumerate(zip(src, dst)):
                 owner, buf = self.m._remote(r, t, ct, d["buffer_id"])
-                values = [self._read(call, r, s["type"], s["index"] + k, i, where) for k in range(s["size"])]
+                us, ud = self._units(s, sl), self._units(d, sl)
+                values = [self._read(call, r, s["type"], u, i, where) for u in us]
                 if ct == "port":
                     ep = self._endpoint(i, op, op["channel_ids"][n])
-                    for k in range(s["size"]):
-                        self.pending[ep].append(((r, self._loc(call, r, s["type"], s["index"] + k)), where))
-                for k, v in enumerate(values):
-                    self._write(call, owner, buf, d["index"] + k, v, i, True, where)
+                    for u in us:
+                        self.pending[ep].append(((r,) + self._loc(call, r, s["type"], u), where))
+                for u, v in zip(ud, values):
+                    self._write(call, owner, buf, u, v, i, True, where)
             if name == "pws" and ct == "port":
                 for c in op["channel_ids"]:
                     self._signal(i, self._endpoint(i, op, c))
             return
         if name == "copy":
             s, d = src[0], dst[0]
-            if all(self._loc(call, r, s["type"], s["index"] + k) == self._loc(call, r, d["type"], d["index"] + k)
-                   for k in range(s["size"])):
+            us, ud = self._units(s, sl), self._units(d, sl)
+            if all(self._loc(call, r, s["type"], a) == self._loc(call, r, d["type"], b) for a, b in zip(us, ud)):
                 return                  # a copy onto itself (an in-place call's own slice) changes nothing
-            values = [self._read(call, r, s["type"], s["index"] + k, i, where) for k in range(s["size"])]
-            for k, v in enumerate(values):
-                self._write(call, r, d["type"], d["index"] + k, v, i, False, where)
+            values = [self._read(call, r, s["type"], u, i, where) for u in us]
+            for u, v in zip(ud, values):
+                self._write(call, r, d["type"], u, v, i, False, where)
             return
         if name in ("re", "res"):
-            size = dst[0]["size"]
+            units_src = [self._units(b, sl) for b in src]
+            units_dst = [self._units(b, sl) for b in dst]
             values = []
-            for k in range(size):
-                acc = self._read(call, r, src[0]["type"], src[0]["index"] + k, i, where)
-                for s in src[1:]:
-                    v = self._read(call, r, s["type"], s["index"] + k, i, where)
+            for k in range(len(units_dst[0])):
+                acc = self._read(call, r, src[0]["type"], units_src[0][k], i, where)
+                for b, us in zip(src[1:], units_src[1:]):
+                    v = self._read(call, r, b["type"], us[k], i, where)
                     if acc is None or v is None:
                         self.cx.add("plan-uninitialised-read", f"{self.label}: {name} sums a chunk nothing had "
                                     "written", *where, calls=self.calls)
@@ -732,25 +857,27 @@ class _Execution:
                         acc = e.value
                 values.append(acc)
             for k, v in enumerate(values):
-                self._write(call, r, dst[0]["type"], dst[0]["index"] + k, v, i, False, where)
-                for d in dst[1:]:
+                self._write(call, r, dst[0]["type"], units_dst[0][k], v, i, False, where)
+                for d, ud in zip(dst[1:], units_dst[1:]):
                     owner, buf = self.m._remote(r, t, ct, d["buffer_id"])
-                    self._write(call, owner, buf, d["index"] + k, v, i, True, where)
+                    self._write(call, owner, buf, ud[k], v, i, True, where)
 
-    def _loc(self, call, r, buf, index):
-        return self._key(call, self.m.coll.alias(r, buf, index, self.inplace))
+    def _loc(self, call, r, buf, unit):
+        """(storage key, unit within the chunk) of a buffer's unit, aliases folded."""
+        chunk, u = divmod(unit, self.units)
+        return self._key(call, self.m.coll.alias(r, buf, chunk, self.inplace)), u
 
-    def _read(self, call, r, buf, index, i, where):
-        loc = (r, self._loc(call, r, buf, index))
+    def _read(self, call, r, buf, unit, i, where):
+        loc = (r,) + self._loc(call, r, buf, unit)
         self._record(loc, i, False, False, where)
         return self.mem.get(loc)
 
-    def _write(self, call, r, buf, index, value, i, remote, where):
-        key = self._loc(call, r, buf, index)
+    def _write(self, call, r, buf, unit, value, i, remote, where):
+        key, u = self._loc(call, r, buf, unit)
         if key[-2] == "i" and buf != "s" and not self.m.coll.input_writable(r, key[-1], self.inplace):
             self.cx.add("plan-input-write", f"{self.label}: writes input chunk {key[-1]} of rank {r}", *where,
                         calls=self.calls)
-        loc = (r, key)
+        loc = (r, key, u)
         self._record(loc, i, True, remote, where)
         self.mem[loc] = value
 
@@ -784,9 +911,9 @@ class _Execution:
         if key in reported:
             return
         reported.add(key)
-        r, storage = loc
+        r, storage, unit = loc
         chunk = f"rank {r}'s {'scratch' if storage[0] == 's' else {'i': 'input', 'o': 'output'}[storage[-2]]} " \
-                f"chunk {storage[-1]}"
+                f"chunk {storage[-1]}" + (f" (unit {unit})" if self.units > 1 else "")
         ya, xa = ("writes" if y[3] else "reads"), ("writes" if x[3] else "reads")
         (gy, ty, oy), (gx, tx, ox) = y[5], x[5]
         rule = "plan-slot-race" if (x[4] or y[4]) and storage[0] == "s" else "plan-race"
@@ -802,9 +929,12 @@ class _Execution:
                     want = coll.expected(r, j)
                     if want is None:
                         continue
-                    got = self.mem.get((r, self._loc(call, r, "o", j)))
-                    if got != want:
-                        wrong.append(f"output chunk {j} holds {describe(got)}, expected {describe(want)}")
+                    for u in range(self.units):
+                        got = self.mem.get((r,) + self._loc(call, r, "o", j * self.units + u))
+                        if got != want:
+                            wrong.append(f"output chunk {j}" + (f" (unit {u})" if self.units > 1 else "") +
+                                         f" holds {describe(got)}, expected {describe(want)}")
+                            break
                 for text in wrong[:3]:
                     self.cx.add("plan-postcondition", f"{self.label}, call {call + 1}: gpu {r}: {text}", gpu=r,
                                 calls=self.calls)
