@@ -354,10 +354,11 @@ def _write_plan(result, topo, output: str, mode: str, simulate: bool, as_json: b
     """synth --target mscclpp: the lowered program written as an MSCCL++ plan, proved for every call type the
     program serves, then written atomically; the summary line as for XML."""
     from colls import files, mscclpp
+    from colls.verify.plan import proved_plan
     program = result.program
     inplace = mode == "inplace"
     name = f"{program.name}-{'ip' if inplace else 'oop'}"
-    plan, modes = mscclpp.proved_plan(program, topo, name=name, inplace=inplace)
+    plan, modes = proved_plan(program, topo, name=name, inplace=inplace)
     text = mscclpp.dumps(plan)
     f = dict(result.facts, target=PLAN_TARGET, plan_name=name, inplace=inplace, outofplace=not inplace,
              proved_calls=[("in-place" if m else "out-of-place") for m in modes],

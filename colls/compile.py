@@ -670,11 +670,11 @@ def _plan_variants(topology, coll, name, options, sizes, bound) -> Method:
 def lower_plans(plans, jobs: int = 1) -> None:
     """Lower each range's schedule again with its byte range, write it as plans (out-of-place, and in-place
     where the schedule serves it), prove them; name them uniquely."""
-    from colls import mscclpp
+    from colls.verify.plan import proved_plan
     for p, r, count, base in _chosen(plans):
         r.compiled = pipeline.relower(base, proto="Simple", min_bytes=r.min_bytes, max_bytes=r.max_bytes)
         stem = f"colls-{p.kind}-{p.ngpus}r-{count:02d}-{r.winner[0]}-x{base.facts['instances']}"
-        plan, modes = mscclpp.proved_plan(r.compiled.program, r.compiled.topology, name=f"{stem}-oop",
+        plan, modes = proved_plan(r.compiled.program, r.compiled.topology, name=f"{stem}-oop",
                                           inplace=False)
         r.plans = [(f"{stem}-oop.json", plan)]
         if True in modes:

@@ -968,24 +968,5 @@ def _step_of(body: list, receives: bool, sends: bool, cout, fail, local):
     fail(f"{'+'.join(names)} in a step that receives and sends")
 
 
-def proved_plan(program: Program, topology, *, name: str, inplace: bool, source: str = "<generated>"):
-    """:func:`plan_of`, then :func:`colls.verify.plan.verify_plan` for the plan's call type and every other one
-    the program serves; returns (plan, the call types proved). CollsError naming the limit or the first
-    finding when the plan cannot be written or is not proved."""
-    from colls.verify.plan import verify_plan      # it imports this module
-    plan = plan_of(program, topology, name=name, inplace=inplace)
-    modes = {bool(inplace)}
-    modes |= {True} if program.inplace else set()
-    modes |= {False} if program.outofplace else set()
-    for ip in sorted(modes):
-        report = verify_plan(plan, program.coll, source, inplace=ip)
-        if not report.ok or not report.facts.get("semantics_checked"):
-            first = next((f for f in report.findings if f.severity == "error"), None)
-            why = str(first) if first is not None else "; ".join(report.unproven) or "not proven"
-            raise CollsError(f"the MSCCL++ plan of {program.name} is not proved for "
-                             f"{'in-place' if ip else 'out-of-place'} calls: {why}")
-    return plan, sorted(modes)
-
-
 def calls_words(modes) -> str:
     return " and ".join("in-place" if m else "out-of-place" for m in sorted(modes, reverse=True))

@@ -46,7 +46,10 @@ import numpy as np
 
 from colls.collectives import KINDS, Collective, SymbolicError, describe, reduce_values
 from colls.msccl import Finding
+from colls import mscclpp
+from colls.errors import CollsError
 from colls.mscclpp import shape_problems
+from colls.program import Program
 from colls.runtimes import mscclpp as rt
 from colls.verify.report import Report
 from colls.verify.rules import HANG, LOAD, UB, UNUSED, WRONG
@@ -938,3 +941,21 @@ class _Execution:
                 for text in wrong[:3]:
                     self.cx.add("plan-postcondition", f"{self.label}, call {call + 1}: gpu {r}: {text}", gpu=r,
                                 calls=self.calls)
+
+
+def proved_plan(program: Program, topology, *, name: str, inplace: bool, source: str = "<generated>"):
+    """:func:`colls.mscclpp.plan_of`, then :func:`verify_plan` for the plan's call type and every other one
+    the program serves; returns (plan, the call types proved). CollsError naming the limit or the first
+    finding when the plan cannot be written or is not proved."""
+    plan = mscclpp.plan_of(program, topology, name=name, inplace=inplace)
+    modes = {bool(inplace)}
+    modes |= {True} if program.inplace else set()
+    modes |= {False} if program.outofplace else set()
+    for ip in sorted(modes):
+        report = verify_plan(plan, program.coll, source, inplace=ip)
+        if not report.ok or not report.facts.get("semantics_checked"):
+            first = next((f for f in report.findings if f.severity == "error"), None)
+            why = str(first) if first is not None else "; ".join(report.unproven) or "not proven"
+            raise CollsError(f"the MSCCL++ plan of {program.name} is not proved for "
+                             f"{'in-place' if ip else 'out-of-place'} calls: {why}")
+    return plan, sorted(modes)
