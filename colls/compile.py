@@ -348,23 +348,31 @@ def lower_files(plans, target: str, jobs: int = 1) -> None:
 def write(plans, directory: str, topology, target: str) -> list[str]:
     """Write the folder (module docstring): into a new sibling first, then swapped in. Returns the paths
     of the XML files, relative to ``directory``."""
+    files = [(r.file, r.compiled.text) for p in plans for r in p.ranges if r.file]
+    return _write_folder(directory, ALGORITHMS, files, plans, topology, {
+        "README.md": lambda: readme(plans, topology, target), "env.sh": lambda: env_sh(plans, target)})
+
+
+def _write_folder(directory: str, subfolder: str, files, plans, topology, extras: dict) -> list[str]:
+    """``DIR`` written whole into a new sibling and swapped in (a failure leaves ``DIR`` as it was):
+    ``files`` (name, text) in ``subfolder`` and nothing else there, a plot per collective, and ``extras``
+    (name -> a function giving the text) beside them. Returns the paths of ``files`` relative to ``DIR``."""
     directory = os.path.normpath(directory)
     _check_directory(directory)
     parent = os.path.dirname(os.path.abspath(directory))
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.", suffix=".tmp", dir=parent)
     try:
         os.chmod(tmp, 0o755)            # mkdtemp's 0700 would hide the folder from the job's other users
-        os.mkdir(os.path.join(tmp, ALGORITHMS), 0o755)
+        os.mkdir(os.path.join(tmp, subfolder), 0o755)
         written = []
+        for name, text in files:
+            rel = os.path.join(subfolder, name)
+            write_atomic(os.path.join(tmp, rel), text, option="-o")
+            written.append(rel)
         for p in plans:
-            for r in p.ranges:
-                if r.file:
-                    rel = os.path.join(ALGORITHMS, r.file)
-                    write_atomic(os.path.join(tmp, rel), r.compiled.text, option="-o")
-                    written.append(rel)
             _plot(p, topology, os.path.join(tmp, f"{_label(p)}.png"))
-        write_atomic(os.path.join(tmp, "README.md"), readme(plans, topology, target), option="-o")
-        write_atomic(os.path.join(tmp, "env.sh"), env_sh(plans, target), option="-o")
+        for name, text in extras.items():
+            write_atomic(os.path.join(tmp, name), text(), option="-o")
         _swap(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -667,15 +675,14 @@ def _plan_variants(topology, coll, name, options, sizes, bound) -> Method:
     return m
 
 
-def lower_plans(plans, jobs: int = 1) -> None:
+def lower_plans(plans) -> None:
     """Lower each range's schedule again with its byte range, write it as plans (out-of-place, and in-place
     where the schedule serves it), prove them; name them uniquely."""
     from colls.verify.plan import proved_plan
     for p, r, count, base in _chosen(plans):
         r.compiled = pipeline.relower(base, proto="Simple", min_bytes=r.min_bytes, max_bytes=r.max_bytes)
         stem = f"colls-{p.kind}-{p.ngpus}r-{count:02d}-{r.winner[0]}-x{base.facts['instances']}"
-        plan, modes = proved_plan(r.compiled.program, r.compiled.topology, name=f"{stem}-oop",
-                                          inplace=False)
+        plan, modes = proved_plan(r.compiled.program, r.compiled.topology, name=f"{stem}-oop", inplace=False)
         r.plans = [(f"{stem}-oop.json", plan)]
         if True in modes:
             r.plans.append((f"{stem}-ip.json", dict(plan, name=f"{stem}-ip", inplace=True)))
@@ -686,32 +693,17 @@ def write_plans(plans, directory: str, topology) -> list[str]:
     """The folder for MSCCL++: ``plans/`` (the plans and nothing else), README.md, env.sh (0.8.x),
     register_plans.py (current MSCCL++), a plot per collective; written beside ``directory`` and swapped in."""
     from colls import mscclpp
-    directory = os.path.normpath(directory)
-    _check_directory(directory)
-    parent = os.path.dirname(os.path.abspath(directory))
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.", suffix=".tmp", dir=parent)
-    try:
-        os.chmod(tmp, 0o755)
-        os.mkdir(os.path.join(tmp, PLANS), 0o755)
-        written, names = [], set()
-        for p in plans:
-            for r in p.ranges:
-                for file, plan in r.plans:
-                    if plan["name"] in names:
-                        raise CollsError(f"two plans named {plan['name']} (the executor caches plans by name)")
-                    names.add(plan["name"])
-                    rel = os.path.join(PLANS, file)
-                    write_atomic(os.path.join(tmp, rel), mscclpp.dumps(plan), option="-o")
-                    written.append(rel)
-            _plot(p, topology, os.path.join(tmp, f"{_label(p)}.png"))
-        write_atomic(os.path.join(tmp, "README.md"), plans_readme(plans, topology), option="-o")
-        write_atomic(os.path.join(tmp, "env.sh"), plans_env_sh(), option="-o")
-        write_atomic(os.path.join(tmp, REGISTER), register_py(plans, topology), option="-o")
-        _swap(tmp, directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return written
+    files, names = [], set()
+    for p in plans:
+        for r in p.ranges:
+            for file, plan in r.plans:
+                if plan["name"] in names:
+                    raise CollsError(f"two plans named {plan['name']} (the executor caches plans by name)")
+                names.add(plan["name"])
+                files.append((file, mscclpp.dumps(plan)))
+    return _write_folder(directory, PLANS, files, plans, topology, {
+        "README.md": lambda: plans_readme(plans, topology), "env.sh": plans_env_sh,
+        REGISTER: lambda: register_py(plans, topology)})
 
 
 def plan_entries(plans, topology) -> list[tuple]:
