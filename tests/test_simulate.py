@@ -341,6 +341,40 @@ def test_water_filling_gives_the_max_min_fair_rates(data):
     assert _max_min(idx, own, n, cap, fcap) == pytest.approx(progressive_filling(idx, own, n, cap, fcap))
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_links_of_their_own_are_filled_one_by_one(data):
+    """Flows that each cross one link (the engine's usual case inside a node): the water-filling per link
+    (equal caps, and sorted caps with weights), and the pure-Python fill of one link the engine keeps up to
+    date between events, give the rates progressive filling gives."""
+    import numpy as np
+    from colls.simulate.engine import _fill_one, _max_min
+    nlinks = data.draw(st.integers(1, 5))
+    n = data.draw(st.integers(1, 9))
+    idx = np.array(sorted(data.draw(st.lists(st.integers(0, nlinks - 1), min_size=n, max_size=n))))
+    own = np.arange(n)
+    cap = np.array(data.draw(st.lists(st.integers(1, 6), min_size=nlinks, max_size=nlinks)), float) * 10
+    same = data.draw(st.booleans())
+    fcap = (np.full(n, 3.0 * data.draw(st.integers(1, 9))) if same
+            else np.array(data.draw(st.lists(st.integers(1, 9), min_size=n, max_size=n)), float) * 3)
+    want = progressive_filling(idx, own, n, cap, fcap)
+    assert _max_min(idx, own, n, cap, fcap) == pytest.approx(want)
+    # weights: a flow standing for w alike ones is w flows of the same rate
+    w = np.array(data.draw(st.lists(st.integers(1, 3), min_size=n, max_size=n)), float)
+    rep = np.repeat(np.arange(n), w.astype(int))
+    wide = progressive_filling(idx[rep], np.arange(len(rep)), len(rep), cap, fcap[rep])
+    got = _max_min(idx, own, n, cap, fcap, w)
+    assert got[rep] == pytest.approx(wide)
+    # one link at a time, keeping each flow's remaining bytes
+    rate, fin = fcap.copy(), np.full(n, 5.0)
+    for li in range(nlinks):
+        flows = {f: (float(fcap[f]), float(w[f])) for f in range(n) if idx[f] == li}
+        load = _fill_one(flows, float(cap[li]), rate, fin, 1.0)
+        assert load == pytest.approx(sum(got[f] * w[f] for f in flows))
+    assert rate == pytest.approx(got)
+    assert rate * (fin - 1.0) == pytest.approx(fcap * 4.0)
+
+
 @pytest.mark.parametrize("machine", ["shared-nic2x4", "rails2x2", "switch4-slow"])
 @pytest.mark.parametrize("kind", ["allreduce", "allgather", "reducescatter"])
 @pytest.mark.parametrize("proto", ["Simple", "LL", "LL128"])

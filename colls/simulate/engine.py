@@ -308,6 +308,13 @@ class _Run:
         self.e_w = np.concatenate(m.conn_weight) if C else np.zeros(0)    # flows of the entry's class per link
         self.pending: list = []
         self.rates_dirty = False
+        # the components of the flow-link graph (see rebuild): a connection's, a link's; a connection whose
+        # component is one link has that link in ``one_link`` (else -1), and that link's flows in flight in
+        # ``on_link`` (connection -> (cap, flows it stands for))
+        self.comp, self.link_comp, self.one_link = _components(m)
+        self.comp_arr = np.array(self.comp, dtype=np.int64)
+        self.ncomp = max(self.comp, default=-1) + 1
+        self.on_link = [{} for _ in range(len(m.links))]
         self.tb_cap_arr = np.array(self.tb_cap, dtype=float)
         self.load = np.zeros(len(m.links))               # bytes/us the flows put on each link
         self.link_bytes = np.zeros(len(m.links))
@@ -454,24 +461,37 @@ class _Run:
     def rebuild(self, gone=()):
         """Drop the finished flows (connections ``gone``), add the pending ones, and bring the rates up to date.
 
-        The max-min allocation is recomputed only when it can change. A finished flow none of whose links
-        is full was no flow's bottleneck (a bottleneck link is full), so the others keep their rates; a new
-        flow whose every link has room for its whole cap takes its cap and is nobody's bottleneck, so the
-        others keep theirs (the allocation stays max-min fair: every old flow keeps its full bottleneck
-        link or its cap). Anything else is recomputed from scratch.
+        Max-min fairness splits over the components of the machine's flow-link graph (connections joined
+        when their routes share a link, :func:`_components`): a component's rates depend on its own flows
+        alone, so only the components a change touches are recomputed. A component that is one link (every
+        connection in it crosses that link only) is filled by itself (:func:`_fill_one`). In a larger one the
+        allocation is recomputed only when it can change: a finished flow none of whose links is full was no
+        flow's bottleneck (a bottleneck link is full), so the others keep their rates; a new flow whose every
+        link has room for its whole cap takes its cap and is nobody's bottleneck, so the others keep theirs
+        (the allocation stays max-min fair: every old flow keeps its full bottleneck link or its cap).
+        Anything else is recomputed from scratch for that component.
         """
         m = self.m
         cap, load = m.link_cap, self.load
         rate, fin = self.f_rate, self.f_fin
-        incremental = True
+        one, comp, on_link = self.one_link, self.comp, self.on_link
+        touched: set = set()                    # one-link components whose flows changed
+        redo: set = set()                       # larger components to recompute
         if len(gone):
-            full = cap - load <= cap * 1e-9
-            for c in gone:
-                links = m.conn_links[c]
-                if incremental and full[links].any():
-                    incremental = False
-                if incremental:
-                    np.subtract.at(load, links, rate[c] * m.conn_weight[c])
+            full = None
+            for c in gone.tolist():
+                li = one[c]
+                if li >= 0:
+                    del on_link[li][c]
+                    touched.add(li)
+                elif comp[c] not in redo:
+                    links = m.conn_links[c]
+                    if full is None:
+                        full = cap - load <= cap * 1e-9
+                    if full[links].any():
+                        redo.add(comp[c])
+                    else:
+                        np.subtract.at(load, links, rate[c] * m.conn_weight[c])
             self.f_on[gone] = False
             rate[gone] = 0.0
             fin[gone] = math.inf
@@ -481,35 +501,47 @@ class _Run:
             self.pending = []
             now = self.now
             for c, wire in new:
-                links, w = m.conn_links[c], m.conn_weight[c]
                 c_cap = self.tb_cap[m.conn_sender[c]]
-                if incremental and (cap[links] - load[links] >= c_cap * w * (1 + 1e-9)).all():
-                    np.add.at(load, links, c_cap * w)
-                else:
-                    incremental = False
+                li = one[c]
+                if li >= 0:
+                    on_link[li][c] = (c_cap, float(m.conn_weight[c][0]))
+                    touched.add(li)
+                elif comp[c] not in redo:
+                    links, w = m.conn_links[c], m.conn_weight[c]
+                    if (cap[links] - load[links] >= c_cap * w * (1 + 1e-9)).all():
+                        np.add.at(load, links, c_cap * w)
+                    else:
+                        redo.add(comp[c])
                 self.f_on[c] = True
                 rate[c] = c_cap
                 fin[c] = now + wire / c_cap
             self.nflows += len(new)
-        if not incremental:
-            self._reallocate()
+        now = self.now
+        for li in touched:
+            load[li] = _fill_one(on_link[li], float(cap[li]), rate, fin, now)
+        if redo:
+            self._reallocate(redo)
         self.t_min = float(fin.min()) if self.nflows else math.inf
         if self.timeline:
             self.link_load = self.load / cap
         self.rates_dirty = False
 
-    def _reallocate(self):
-        """Max-min fair rates for every flow in flight, from scratch; each keeps its remaining bytes."""
+    def _reallocate(self, comps: set):
+        """Max-min fair rates for every flow in flight in the components ``comps``, from scratch; each keeps
+        its remaining bytes. The components share no link with the others, whose rates stay."""
         m, now = self.m, self.now
-        on = self.f_on
+        cap = m.link_cap
+        mine = np.zeros(self.ncomp, dtype=bool)
+        mine[list(comps)] = True
+        on = self.f_on & mine[self.comp_arr]
         act = np.flatnonzero(on)
         n = len(act)
-        cap = m.link_cap
+        links = np.flatnonzero((self.link_comp >= 0) & mine[self.link_comp])
+        self.load[links] = 0.0
+        if n == 0:
+            return
         rate, fin = self.f_rate, self.f_fin
         rem = rate[act] * (fin[act] - now)
-        if n == 0:
-            self.load = np.zeros(len(cap))
-            return
         e_on = on[self.e_conn]
         idx = self.e_link[e_on]
         renum = np.zeros(len(on), dtype=np.int64)
@@ -519,7 +551,7 @@ class _Run:
         new_rate = _max_min(idx, own, n, cap, self.tb_cap_arr[self.conn_ti[act]], w)
         rate[act] = new_rate
         fin[act] = now + rem / new_rate
-        self.load = np.bincount(idx, weights=new_rate[own] * w, minlength=len(cap)).astype(float)
+        self.load[links] = np.bincount(idx, weights=new_rate[own] * w, minlength=len(cap))[links]
 
     def advance_flows(self, t):
         """The timeline's link lanes up to ``t`` (the flows themselves need no update: see ``f_fin``)."""
@@ -743,6 +775,10 @@ def _max_min(idx: np.ndarray, own: np.ndarray, n: int, link_cap: np.ndarray, fca
     L = len(link_cap)
     cap = fcap.astype(float)
     w = np.ones(len(idx)) if weight is None else weight.astype(float)
+    if len(idx) == n:                       # every flow crosses one link: each link is a problem of its own
+        if cap.min() == cap.max():          # and all have one cap: a link's flows share it evenly, up to that cap
+            return np.minimum(cap, link_cap[idx] / np.bincount(idx, weights=w, minlength=L)[idx])
+        return _fill_links(idx, n, link_cap, cap, w)
     # a link that would carry every one of its flows at its cap is no constraint: the allocation without it
     # fits it, so it is the allocation with it; flows that cross only such links get their caps
     tight = np.bincount(idx, weights=cap[own] * w, minlength=L) > link_cap * (1 + 1e-12)
@@ -784,3 +820,87 @@ def _max_min(idx: np.ndarray, own: np.ndarray, n: int, link_cap: np.ndarray, fca
         idx, own, w = idx[e_keep], renum[own[e_keep]], w[e_keep]
         flows, cap = flows[keep], cap[keep]
     return rate
+
+
+def _fill_links(idx: np.ndarray, n: int, link_cap: np.ndarray, cap: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """:func:`_max_min` when flow ``f`` crosses the one link ``idx[f]``: the links share no flow, so each is
+    filled by itself. On one link with its flows' caps sorted, ``c_1 <= ... <= c_k`` (weights ``w``), the
+    fair level ``s`` solves ``sum w_j min(c_j, s) = C``; in the segment ``[c_(i-1), c_i]`` that is
+    ``s_i = (C - sum_(j<i) w_j c_j) / sum_(j>=i) w_j``, and the segment holding it is the first ``i`` with
+    ``c_i >= s_i`` (the left side grows with ``i``: it is the filled amount at ``c_i`` reaching ``C``). Every
+    flow gets ``min(c_j, s)``; a link that its flows' caps do not fill has no level (they get their caps)."""
+    order = np.lexsort((cap, idx))
+    li, c, ww = idx[order], cap[order], w[order]
+    starts = np.flatnonzero(np.r_[True, li[1:] != li[:-1]])
+    size = np.diff(np.r_[starts, n])
+    group = np.repeat(np.arange(len(starts)), size)
+    wc = np.cumsum(ww * c)
+    before = wc - ww * c - np.repeat((wc - ww * c)[starts], size)            # sum of w c over j < i
+    wsum = np.cumsum(ww[::-1])[::-1]
+    after = wsum - np.repeat(np.r_[wsum[starts[1:]], 0.0][np.arange(len(starts))], size)  # sum of w, j >= i
+    level = (link_cap[li] - before) / after
+    hit = c >= level * (1 - 1e-12)
+    first = np.full(len(starts), n)
+    np.minimum.at(first, group[hit], np.flatnonzero(hit))
+    lvl = np.where(first < n, level[np.minimum(first, n - 1)], np.inf)
+    rate = np.empty(n)
+    rate[order] = np.minimum(c, lvl[group])
+    return rate
+
+
+def _components(m) -> tuple[list[int], np.ndarray, list[int]]:
+    """The connected components of ``m``'s connections, joined when their routes share a link: each
+    connection's component, each link's (-1: crossed by none), and for each connection the one link of its
+    component when every connection of that component crosses that link alone (else -1)."""
+    L = len(m.links)
+    parent = list(range(L))
+
+    def root(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for links in m.conn_links:
+        ls = links.tolist()
+        for x in ls[1:]:
+            a, b = root(ls[0]), root(x)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    used = sorted({li for links in m.conn_links for li in links.tolist()})
+    number: dict = {}
+    for li in used:
+        number.setdefault(root(li), len(number))
+    link_comp = np.full(L, -1, dtype=np.int64)
+    for li in used:
+        link_comp[li] = number[root(li)]
+    comp = [int(link_comp[links[0]]) for links in m.conn_links]
+    wide = {comp[c] for c, links in enumerate(m.conn_links) if len(links) > 1}
+    one = [-1 if comp[c] in wide else int(links[0]) for c, links in enumerate(m.conn_links)]
+    return comp, link_comp, one
+
+
+def _fill_one(flows: dict, link_cap: float, rate: np.ndarray, fin: np.ndarray, now: float) -> float:
+    """Max-min fair rates of the flows in flight on one link that no flow shares with another link
+    (``flows``: connection -> (cap, flows it stands for)), by water-filling in the order of their caps; each
+    flow keeps its remaining bytes (``rate x (fin - now)``). Returns the link's load."""
+    if not flows:
+        return 0.0
+    left, weight = link_cap, sum(w for _, w in flows.values())
+    level = math.inf
+    for c_cap, w in sorted(flows.values()):
+        if c_cap * weight <= left:
+            left -= c_cap * w
+            weight -= w
+        else:
+            level = left / weight
+            break
+    load = 0.0
+    for c, (c_cap, w) in flows.items():
+        r = c_cap if c_cap <= level else level
+        old = rate[c]
+        if r != old:
+            fin[c] = now + old * (fin[c] - now) / r
+            rate[c] = r
+        load += r * w
+    return load
