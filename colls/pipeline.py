@@ -290,37 +290,82 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
     loop that divides no power-of-two call (6 rings: 48 chunks; 7 trees per GPU on 32 GCDs: 224), the runtime
     would never run the file at nccl-tests' sizes or the bucket sizes frameworks use, so the powers of two
     around the count are made too and the one the bandwidth model rates best of those the runtime runs is
-    taken (the summary says so)."""
+    taken (the summary says so).
+
+    The candidates are lowered in memory and not proved (the choice reads their schedules and chunk counts
+    only); the one taken is then lowered again, emitted and proved as asked (:func:`_again`)."""
     args = (topology, collective, method, target, instances, proto, min_bytes, max_bytes, mode)
-    result = _compile_method(*args, options, progress, in_memory, prove)
-    if method not in _COUNTS or collective.chunks & (collective.chunks - 1):
-        return result
-    option, info_key, words = _COUNTS[method]
+    option, info_key, words = _COUNTS.get(method, (None, None, None))
+    if option is None or collective.chunks & (collective.chunks - 1) or (options or {}).get(option):
+        return _compile_method(*args, options, progress, in_memory, prove)
+    quick = not in_memory or prove             # the caller wants more than the choice needs
+    result = _compile_method(*args, options, progress, True if quick else in_memory, False if quick else prove)
     count = result.schedule.info.get(info_key)
     ncpl = result.program.nchunksperloop
-    if (options or {}).get(option) or not count or not ncpl & (ncpl - 1):
-        return result
+    if not count or not ncpl & (ncpl - 1):
+        return _again(result, progress, in_memory, prove) if quick else result
     low = 1 << (count.bit_length() - 1)
     tried = []
     for other in sorted({low, 2 * low} - {count}):
         try:
-            alt = _compile_method(*args, dict(options or {}, **{option: other}), progress, in_memory, prove)
+            alt = _compile_method(*args, dict(options or {}, **{option: other}), progress, True, False)
         except CollsError:
             continue
         n = alt.program.nchunksperloop
         if not n & (n - 1):
             tried.append(alt)
     if not tried:
+        if quick:
+            result = _again(result, progress, in_memory, prove)
         result.facts["chunks_note"] = (f"{ncpl} chunks per loop divide no power-of-two call: the runtime runs this "
                                        "file only for calls whose element count they divide")
         return result
     best = max(tried, key=lambda c: (c.schedule.model_algbw(topology)[0], -c.schedule.info.get(info_key, 0)))
+    best = _again(best, progress, in_memory, prove)
     best.facts["chunks_note"] = (f"{best.schedule.info.get(info_key)} {words}, not {count}: {count} would leave "
                                  f"{ncpl} chunks per loop, which divide no power-of-two call")
     if method == "trees":
         best.facts["trees_per_gpu_tried"] = result.facts.get("trees_per_gpu_tried", [count]) + [
             best.schedule.info.get(info_key)]
     return best
+
+
+def proved(compiled: Compiled, *, progress: Callable[[str], None] | None = None, in_memory: bool = False,
+           prove: bool = True) -> Compiled:
+    """A candidate made to be simulated (``in_memory``, not proved), made as :func:`compile_schedule` would
+    have made it with ``in_memory`` and ``prove``: the same program, now emitted and proved (or only
+    proved), with its facts; nothing is synthesized or lowered again."""
+    with msccl.paused_gc():
+        return _again(compiled, _Progress(progress), in_memory, prove)
+
+
+_KEPT_FACTS = ("trees_per_gpu_tried", "limited_by", "rings_tried", "chunks_note", "count_note", "trees_tuned")
+
+
+def _again(compiled: Compiled, progress, in_memory: bool, prove: bool, **changes) -> Compiled:
+    """``compiled``'s schedule lowered again (``changes``: instances, proto, min_bytes, max_bytes, mode), kept
+    in memory or emitted and proved as asked; the facts that say how the schedule was chosen are kept."""
+    f = compiled.facts
+    settings = dict(instances=f["instances"], proto=f["proto"], min_bytes=f["min_bytes"],
+                    max_bytes=f["max_bytes"], mode=compiled.mode)
+    settings.update({k: v for k, v in changes.items() if v is not None})
+    tgt = compiled.target
+    _check_options(compiled.topology, compiled.base.collective, tgt, settings["instances"], settings["proto"],
+                   settings["min_bytes"], settings["max_bytes"], settings["mode"])
+    if tgt.name == "old" and settings["max_bytes"] == 0:
+        settings["max_bytes"] = OLD_NO_LIMIT
+    with msccl.paused_gc():
+        if all(settings[k] == f[k] for k in ("instances", "proto", "min_bytes", "max_bytes")) \
+                and settings["mode"] == compiled.mode:      # the same program: only its checks are new
+            result = _finish(compiled.topology, compiled.base, compiled.schedule, compiled.program,
+                             compiled.method, tgt, compiled.mode, progress, in_memory, prove)
+        else:
+            result = _lower(compiled.topology, compiled.base, compiled.method, tgt, progress=progress,
+                            in_memory=in_memory, prove=prove, **settings)
+    for key in _KEPT_FACTS:
+        if key in f:
+            result.facts[key] = f[key]
+    return result
 
 
 def _compile_method(topology, collective, method, target, instances, proto, min_bytes, max_bytes, mode,
@@ -412,25 +457,8 @@ def relower(compiled: Compiled, *, instances: int | None = None, proto: str | No
     the file it writes is lowered again and proved): kept in memory (no text), checked for the target's rules
     and limits and for deadlocks but not proved to compute the collective, and without the summary's link
     model and bound."""
-    f = compiled.facts
-    instances = f["instances"] if instances is None else instances
-    proto = f["proto"] if proto is None else proto
-    min_bytes = f["min_bytes"] if min_bytes is None else min_bytes
-    max_bytes = f["max_bytes"] if max_bytes is None else max_bytes
-    mode = compiled.mode if mode is None else mode
-    tgt = compiled.target
-    _check_options(compiled.topology, compiled.base.collective, tgt, instances, proto, min_bytes, max_bytes,
-                   mode)
-    if tgt.name == "old" and max_bytes == 0:
-        max_bytes = OLD_NO_LIMIT
-    with msccl.paused_gc():
-        result = _lower(compiled.topology, compiled.base, compiled.method, tgt, instances=instances, proto=proto,
-                        min_bytes=min_bytes, max_bytes=max_bytes, mode=mode, progress=_Progress(None),
-                        in_memory=only_simulated, prove=not only_simulated)
-    for key in ("trees_per_gpu_tried", "limited_by", "rings_tried", "chunks_note", "count_note", "trees_tuned"):
-        if key in f:
-            result.facts[key] = f[key]
-    return result
+    return _again(compiled, _Progress(None), only_simulated, not only_simulated, instances=instances, proto=proto,
+                  min_bytes=min_bytes, max_bytes=max_bytes, mode=mode)
 
 
 def _lower(topology: Topology, base: Schedule, method: str, tgt: Target, *, instances: int, proto: str,
@@ -445,6 +473,13 @@ def _lower(topology: Topology, base: Schedule, method: str, tgt: Target, *, inst
         name=f"colls-{method}-{collective.kind}{_root_tag(collective)}-{topology.name.replace(' ', '')}",
         sms=topology.min_sms())
     program = lowering.lower(schedule, tgt, opts)
+    return _finish(topology, base, schedule, program, method, tgt, mode, progress, in_memory, prove)
+
+
+def _finish(topology: Topology, base: Schedule, schedule: Schedule, program: Program, method: str, tgt: Target,
+            mode: str, progress: _Progress, in_memory: bool, prove: bool) -> Compiled:
+    """A lowered program checked (in memory, proved or not) or emitted and proved, with its facts."""
+    collective = base.collective
     if in_memory:
         text = None
         progress("verifying the program")

@@ -40,7 +40,7 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
     if method != "trees" or options.get("trees_per_gpu") or collective.kind in ("broadcast", "reduce") \
             or trees.k_candidates(topology, collective)[0] <= 1:        # one tree per GPU: nothing to compare
         return pipeline.compile_schedule(topology, collective, method, options=options, **settings)
-    unproved = dict(settings, in_memory=True, prove=False)      # simulated only; the one chosen is made again
+    unproved = dict(settings, in_memory=True, prove=False)      # simulated only; the one chosen is proved after
     first = pipeline.compile_schedule(topology, collective, method, options=options, **unproved)
     k = first.schedule.info.get("k") or 1
     counts = [1 << i for i in range(k.bit_length()) if 1 << i < k]
@@ -58,8 +58,8 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
             timed[c] = score
             best_score = score if best_score is None else min(best_score, score)
     best = min(timed, key=lambda c: (timed[c], c != k, c)) if timed else k
-    result = pipeline.compile_schedule(topology, collective, method, options=dict(options, trees_per_gpu=best),
-                                       **settings)
+    result = pipeline.proved(made[best], progress=settings.get("progress"), in_memory=settings.get("in_memory", False),
+                             prove=settings.get("prove", True))
     for key in ("trees_per_gpu_tried", "limited_by", "chunks_note"):    # why the link model took k
         if key in first.facts and best == k:
             result.facts[key] = first.facts[key]
