@@ -300,6 +300,7 @@ class _Run:
         self.f_rate = np.zeros(C)
         self.f_fin = np.full(C, math.inf)
         self.t_min = math.inf                            # the earliest finish
+        self.fin_heap: list = []                         # (finish, connection), pushed whenever a finish changes
         self.nflows = 0
         self.conn_ti = np.array(m.conn_sender, dtype=np.int64)
         lens = [len(x) for x in m.conn_links]
@@ -317,7 +318,7 @@ class _Run:
         self.on_link = [{} for _ in range(len(m.links))]
         self.tb_cap_arr = np.array(self.tb_cap, dtype=float)
         self.load = np.zeros(len(m.links))               # bytes/us the flows put on each link
-        self.link_bytes = np.zeros(len(m.links))
+        self.conn_bytes = [0.0] * C                      # wire bytes each connection carried (its links: below)
         self.events = 0
         self.timeline = timeline
         self.tb_iv = [[] for _ in range(T)] if timeline else None
@@ -398,7 +399,7 @@ class _Run:
             wire = nbytes * self.wire
             outs = m.out_conns[ti]
             for c in outs:
-                self.link_bytes[m.conn_links[c]] += wire * m.conn_weight[c]
+                self.conn_bytes[c] += wire
             if wire <= 0:
                 self.complete(ti)
                 return
@@ -479,7 +480,7 @@ class _Run:
         redo: set = set()                       # larger components to recompute
         if len(gone):
             full = None
-            for c in gone.tolist():
+            for c in gone:
                 li = one[c]
                 if li >= 0:
                     del on_link[li][c]
@@ -515,13 +516,14 @@ class _Run:
                 self.f_on[c] = True
                 rate[c] = c_cap
                 fin[c] = now + wire / c_cap
+                heapq.heappush(self.fin_heap, (float(fin[c]), c))
             self.nflows += len(new)
         now = self.now
         for li in touched:
-            load[li] = _fill_one(on_link[li], float(cap[li]), rate, fin, now)
+            load[li] = _fill_one(on_link[li], float(cap[li]), rate, fin, now, self.fin_heap)
         if redo:
             self._reallocate(redo)
-        self.t_min = float(fin.min()) if self.nflows else math.inf
+        self._next_finish()
         if self.timeline:
             self.link_load = self.load / cap
         self.rates_dirty = False
@@ -551,7 +553,43 @@ class _Run:
         new_rate = _max_min(idx, own, n, cap, self.tb_cap_arr[self.conn_ti[act]], w)
         rate[act] = new_rate
         fin[act] = now + rem / new_rate
+        for e in zip(fin[act].tolist(), act.tolist()):
+            heapq.heappush(self.fin_heap, e)
         self.load[links] = np.bincount(idx, weights=new_rate[own] * w, minlength=len(cap))[links]
+
+    def _finished(self, t: float) -> list:
+        """The flows done at ``t`` (in connection order): a flow is done when what it has left is within a
+        nanosecond's worth (and a byte's billionth). Taken from the finish heap; an entry whose flow has
+        ended or whose finish has moved since is stale and dropped."""
+        heap, on, fin, rate = self.fin_heap, self.f_on, self.f_fin, self.f_rate
+        gone, later = set(), []
+        while heap and heap[0][0] <= t + FINISH_GATE:
+            f, c = heapq.heappop(heap)
+            if not on[c] or fin[c] != f or c in gone:
+                continue
+            r = rate[c]
+            if (f - t) * r <= r * TIME_EPS + 1e-9:
+                gone.add(c)
+            else:
+                later.append((f, c))
+        for e in later:
+            heapq.heappush(heap, e)
+        return sorted(gone)
+
+    def _next_finish(self):
+        """``t_min``: the earliest finish of a flow in flight (stale heap entries dropped on the way)."""
+        heap, on, fin = self.fin_heap, self.f_on, self.f_fin
+        while heap and (not on[heap[0][1]] or fin[heap[0][1]] != heap[0][0]):
+            heapq.heappop(heap)
+        self.t_min = heap[0][0] if heap else math.inf
+
+    def _link_bytes(self) -> np.ndarray:
+        """The wire bytes each link carried: its connections' bytes, each counted as many times as it crosses
+        the link (``conn_weight``: the flows of its class)."""
+        if not len(self.e_link):
+            return np.zeros(len(self.m.links))
+        per = np.asarray(self.conn_bytes)[self.e_conn] * self.e_w
+        return np.bincount(self.e_link, weights=per, minlength=len(self.m.links)).astype(float)
 
     def advance_flows(self, t):
         """The timeline's link lanes up to ``t`` (the flows themselves need no update: see ``f_fin``)."""
@@ -585,13 +623,10 @@ class _Run:
             self.events += 1
             gone = ()
             if self.t_min <= t + FINISH_GATE:
-                # a flow is done when what it has left is within a nanosecond's worth (and a byte's billionth)
-                near = np.flatnonzero(self.f_fin <= t + FINISH_GATE)      # flows not in flight end at inf
-                rate = self.f_rate[near]
-                gone = near[(self.f_fin[near] - t) * rate <= rate * TIME_EPS + 1e-9]
-                if len(gone):
+                gone = self._finished(t)
+                if gone:
                     self.rates_dirty = True
-                    for c in gone.tolist():
+                    for c in gone:
                         ti = m.conn_sender[c]
                         self.flows_left[ti] -= 1
                         if not self.flows_left[ti]:
@@ -621,7 +656,7 @@ class _Run:
             raise CollsError(f"the program hangs for calls of this size: gpu {gid} tb {tid} never gets past "
                              f"step {self.pc[ti]} of pass {self.it[ti] + 1} ({nstuck} threadblocks stuck; "
                              "colls verify explains why)")
-        res = RunResult(self.now + self.model.launch_us, self.npass, m.link_bytes(self.link_bytes), self.jumped,
+        res = RunResult(self.now + self.model.launch_us, self.npass, m.link_bytes(self._link_bytes()), self.jumped,
                         self.events, extrapolated_steps=self.steps_jumped)
         if self.timeline:
             res.tb_lanes = [(ti, iv) for ti, iv in enumerate(self.tb_iv) if iv]
@@ -646,7 +681,7 @@ class _Run:
         ) + self._in_flight()
         seen = self.snapshots.get(key)
         if seen is None:
-            self.snapshots[key] = (base, now, self.link_bytes.copy())
+            self.snapshots[key] = (base, now, list(self.conn_bytes))
             return
         j, tj, bytes_j = seen
         d, period = base - j, now - tj
@@ -678,16 +713,19 @@ class _Run:
         act = np.flatnonzero(self.f_on)
         return tuple(sorted(zip(self.conn_ti[act].tolist(), np.round(self.f_fin[act] - self.now, 9).tolist())))
 
-    def _skip(self, jumps: int, period: float, bytes_then: np.ndarray):
-        """Move the clock ``jumps`` periods ahead, and the links' bytes by as many times their growth since
-        the earlier record (``bytes_then``)."""
+    def _skip(self, jumps: int, period: float, bytes_then: list):
+        """Move the clock ``jumps`` periods ahead, and the connections' bytes by as many times their growth
+        since the earlier record (``bytes_then``)."""
         self.now += jumps * period
         self.heap = [(t + jumps * period, s, w, a) for t, s, w, a in self.heap]
         heapq.heapify(self.heap)
         self.f_fin[self.f_on] += jumps * period
-        self.t_min = float(self.f_fin.min()) if self.nflows else math.inf
+        act = np.flatnonzero(self.f_on)
+        self.fin_heap = list(zip(self.f_fin[act].tolist(), act.tolist()))
+        heapq.heapify(self.fin_heap)
+        self._next_finish()
         self.act_start = [a + jumps * period for a in self.act_start]
-        self.link_bytes = self.link_bytes + jumps * (self.link_bytes - bytes_then)
+        self.conn_bytes = [b + jumps * (b - b0) for b, b0 in zip(self.conn_bytes, bytes_then)]
 
     def step_snapshot(self):
         """The steady state inside a pass. When the reference threadblock starts a step inside a run of alike
@@ -708,7 +746,7 @@ class _Run:
         ) + self._in_flight()
         seen = self.step_snaps.get(key)
         if seen is None:
-            self.step_snaps[key] = (pr, ir, now, self.link_bytes.copy())
+            self.step_snaps[key] = (pr, ir, now, list(self.conn_bytes))
             return
         p0, i0, t0, bytes0 = seen
         d, period = pr - p0, now - t0
@@ -880,10 +918,12 @@ def _components(m) -> tuple[list[int], np.ndarray, list[int]]:
     return comp, link_comp, one
 
 
-def _fill_one(flows: dict, link_cap: float, rate: np.ndarray, fin: np.ndarray, now: float) -> float:
+def _fill_one(flows: dict, link_cap: float, rate: np.ndarray, fin: np.ndarray, now: float,
+              heap: list | None = None) -> float:
     """Max-min fair rates of the flows in flight on one link that no flow shares with another link
     (``flows``: connection -> (cap, flows it stands for)), by water-filling in the order of their caps; each
-    flow keeps its remaining bytes (``rate x (fin - now)``). Returns the link's load."""
+    flow keeps its remaining bytes (``rate x (fin - now)``); a finish that moves is pushed on ``heap``.
+    Returns the link's load."""
     if not flows:
         return 0.0
     left, weight = link_cap, sum(w for _, w in flows.values())
@@ -900,7 +940,9 @@ def _fill_one(flows: dict, link_cap: float, rate: np.ndarray, fin: np.ndarray, n
         r = c_cap if c_cap <= level else level
         old = rate[c]
         if r != old:
-            fin[c] = now + old * (fin[c] - now) / r
+            fin[c] = f = now + old * (fin[c] - now) / r
             rate[c] = r
+            if heap is not None:
+                heapq.heappush(heap, (f, c))
         load += r * w
     return load
