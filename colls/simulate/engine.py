@@ -493,9 +493,11 @@ class _Run:
                         redo.add(comp[c])
                     else:
                         np.subtract.at(load, links, rate[c] * m.conn_weight[c])
-            self.f_on[gone] = False
-            rate[gone] = 0.0
-            fin[gone] = math.inf
+            f_on = self.f_on
+            for c in gone:
+                f_on[c] = False
+                rate[c] = 0.0
+                fin[c] = math.inf
             self.nflows -= len(gone)
         if self.pending:
             new = self.pending
