@@ -277,7 +277,7 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
         if proto != "Simple":
             raise CollsError("MSCCL++ plans colls writes run the Simple protocol (the LL plans of MSCCL++ use packet "
                              "ops colls does not write)", key="--proto")
-        target = "exe"          # the schedule is lowered as for the MSCCL executor, then written as a plan
+        target = "exe"          # lowered as for the MSCCL executor (cut to fit a plan's ops), written as a plan
     if method not in METHODS:
         raise CollsError(f"expected one of {', '.join(sorted(METHODS))}, got {excerpt(method)}", key="--method")
     if inplace_only and outofplace_only:
@@ -329,11 +329,10 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
             options["progress"] = lambda line: click.echo(f"colls: {line}", err=True)
     coll = Collective(collective, topo.ngpus, chunks=chunks, root=root)
     from colls import tune
-    result = tune.compile_fastest(topo, coll, method, target=target, instances=instances,
-                                       proto=proto, min_bytes=min_bytes, max_bytes=max_bytes,
-                                       mode=mode, options=options,
-                                       progress=(lambda line: click.echo(f"colls: {line}", err=True))
-                                       if sys.stderr.isatty() else None)
+    make = tune.compile_for_plans if plan_target else tune.compile_fastest
+    result = make(topo, coll, method, target=target, instances=instances, proto=proto, min_bytes=min_bytes,
+                  max_bytes=max_bytes, mode=mode, options=options,
+                  progress=(lambda line: click.echo(f"colls: {line}", err=True)) if sys.stderr.isatty() else None)
     result.facts["without"] = list(topo.meta.get("without", []))
     if plan_target:
         _write_plan(result, topo, output, mode, simulate, as_json)

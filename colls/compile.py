@@ -648,6 +648,8 @@ def _plan_variants(topology, coll, name, options, sizes, bound) -> Method:
     from colls.simulate import plans as plan_sim
     m = Method(name)
     first = _first(topology, coll, name, "exe", options, m)
+    if first is not None and not mscclpp.fits(first.program, topology):
+        first = _first(topology, coll, name, PLAN_TARGET, options, m)     # cut to fit (tune.compile_for_plans)
     if first is None:
         return m
     _copies(first, m)

@@ -142,6 +142,18 @@ def plan_of(program: Program, topology, *, name: str, inplace: bool | None = Non
         raise CollsError(str(e), key="ops") from None
 
 
+def fits(program: Program, topology) -> bool:
+    """Whether every threadblock's plan of ``program`` stays within MSCCL++'s 64 ops (pipelined or whole);
+    anything else the writer would refuse is left to it, with its own message."""
+    try:
+        _plan(program, topology, "fits", None, SLOTS, None)
+    except _OverBudget:
+        return False
+    except CollsError:
+        return True
+    return True
+
+
 class _OverBudget(Exception):
     """A threadblock needs more than 64 ops."""
 

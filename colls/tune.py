@@ -95,3 +95,16 @@ def _score(result, topology, beat: float | None = None) -> float | None:
             return None
         logs.append(math.log(t.time_us))
     return math.exp(sum(logs) / len(logs))
+
+
+def compile_for_plans(topology, collective, method: str, **settings):
+    """:func:`compile_fastest` for an MSCCL++ plan (:mod:`colls.mscclpp`): lowered as for the MSCCL executor
+    (the program the XML file would have), or, when a threadblock of that program makes more than the 64 ops
+    MSCCL++ runs, for the ``mscclpp`` lowering (:data:`colls.runtimes.mscclpp.LOWERING`: at most
+    PLAN_MAX_STEPS steps a threadblock, a ring cut into segments on channels of their own), which always fits."""
+    from colls import mscclpp
+    settings.pop("target", None)
+    result = compile_fastest(topology, collective, method, target="exe", **settings)
+    if mscclpp.fits(result.program, topology):
+        return result
+    return compile_fastest(topology, collective, method, target="mscclpp", **settings)

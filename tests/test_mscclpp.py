@@ -14,7 +14,8 @@ from colls.runtimes import mscclpp as rt
 from colls.verify.plan import PLAN_RULES, verify_plan
 
 KINDS = ("allgather", "reducescatter", "allreduce", "alltoall")
-# what does not fit 64 ops per threadblock: a ring threadblock makes every step of its ring
+# what does not fit 64 ops per threadblock as the XML file's program: a ring threadblock makes every step of
+# its ring (synth and compile then cut the ring for plans: test_every_method_makes_a_plan_within_64_ops)
 REFUSED = {(1, "ring", "allreduce"), (2, "ring", "allgather"), (2, "ring", "reducescatter"),
            (2, "ring", "allreduce")}
 # what fits 64 ops only unpipelined (a pipelined step takes 2 to 3 ops more), so is written so
@@ -69,6 +70,29 @@ def test_plans_verify_or_are_refused_by_the_op_limit(nodes, method, kind):
     # the program read back from the plan writes the same plan (what colls simulate FILE.json times)
     back = mscclpp.program_of(json.loads(mscclpp.dumps(plan)), topo(nodes), "p.json")
     assert back.coll == kind and len(back.gpus) == len(prog.gpus)
+
+
+@pytest.mark.parametrize("nodes,method,kind", CASES, ids=lambda v: str(v))
+def test_every_method_makes_a_plan_within_64_ops(nodes, method, kind):
+    """What synth and compile write for plans (tune.compile_for_plans): the XML program where its plan fits
+    64 ops, otherwise the program lowered for the mscclpp target (at most PLAN_MAX_STEPS steps a
+    threadblock: the rings of REFUSED cut on more channels). Every one makes a proved plan, and the writer's
+    most ops for one step (PLAN_OPS_PER_STEP, which the step budget is derived from) holds throughout."""
+    from colls import tune
+    t = topo(nodes)
+    result = tune.compile_for_plans(t, Collective(kind, t.ngpus), method, in_memory=True, prove=False)
+    prog = result.program
+    assert (result.target.name == "mscclpp") == ((nodes, method, kind) in REFUSED)
+    if result.target.name == "mscclpp":
+        assert prog.max_steps() <= rt.PLAN_MAX_STEPS
+    plan = mscclpp.plan_of(prog, t, name=f"{method}-{kind}-{nodes}n")
+    report = verify_plan(plan, kind, "<plan>", inplace=False)
+    assert report.ok and report.facts["semantics_checked"], report.format()
+    whole = mscclpp.plan_of(prog, t, name="whole", slice_bytes=None)
+    steps = {(g.id, tb.id): len(tb.steps) for g in prog.gpus for tb in g.tbs}
+    for g in whole["gpus"]:
+        for tb in g["threadblocks"]:
+            assert len(tb["ops"]) <= rt.PLAN_GRANT_OPS + rt.PLAN_OPS_PER_STEP * steps[(g["id"], tb["id"])]
 
 
 def test_emission_is_deterministic_and_round_trips():

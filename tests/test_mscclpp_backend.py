@@ -59,12 +59,25 @@ def test_synth_writes_a_plan_that_verifies_byte_identical(synth_plan):
         assert report.ok and report.facts["semantics_checked"], report.format()
 
 
-def test_synth_refuses_a_ring_allreduce_over_64_ops(tmp_path):
+def test_a_ring_allreduce_is_cut_to_fit_64_ops(tmp_path):
+    """A ring allreduce on 8 GPUs has 14 steps a threadblock, about 130 ops as a plan; lowered for plans its
+    ring is cut into segments of at most PLAN_MAX_STEPS steps on channels of their own, so every
+    threadblock's plan fits MSCCL++'s 64 ops, and the plan is proved."""
     out_file = tmp_path / "r.json"
     rc, out, err = run("synth", "--hardware", "dgx-a100", "--collective", "allreduce", "--method", "ring",
-                       "--target", "mscclpp", "-o", str(out_file))
-    assert_bad_input(rc, out, err, "at most 64 per threadblock", "MAX_OPERATION")
-    assert not out_file.exists() and os.listdir(tmp_path) == []
+                       "--target", "mscclpp", "-o", str(out_file), "--json")
+    assert rc == 0, err
+    facts = json.loads(out)
+    assert facts["steps"] <= rt.PLAN_MAX_STEPS and facts["channels"] > 1
+    assert facts["max_ops_per_threadblock"] <= rt.MAX_OPERATIONS
+    plan = mscclpp.load(out_file.read_text(), str(out_file))
+    assert verify_plan(plan, "allreduce", str(out_file), inplace=False).ok
+
+
+def test_the_plan_step_budget_matches_the_writer():
+    """PLAN_MAX_STEPS is derived from the writer's grants (one per slot) and its most ops for one step."""
+    assert rt.PLAN_GRANT_OPS == mscclpp.SLOTS
+    assert rt.PLAN_GRANT_OPS + rt.PLAN_MAX_STEPS * rt.PLAN_OPS_PER_STEP <= rt.MAX_OPERATIONS
 
 
 def test_synth_refuses_ll_for_plans(tmp_path):

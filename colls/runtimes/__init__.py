@@ -9,17 +9,19 @@ by itself* (NCCL's ring, tree, ...) is built as programs in :mod:`colls.simulate
 from __future__ import annotations
 
 from colls.errors import CollsError
-from colls.runtimes import exe, old, rccl
+from colls.runtimes import exe, mscclpp, old, rccl
 from colls.runtimes.base import MAX_OFFSET, Target
 
 __all__ = ["MAX_OFFSET", "TARGETS", "Target", "get_target"]
 
 TARGETS: dict[str, Target] = {m.TARGET.name: m.TARGET for m in (exe, rccl, old)}
+# targets schedules are lowered for but no XML file is written for: MSCCL++ plans (colls.mscclpp)
+LOWERINGS: dict[str, Target] = {mscclpp.LOWERING.name: mscclpp.LOWERING}
 
 
 def get_target(name: str) -> Target:
     try:
-        return TARGETS[name]
+        return TARGETS[name] if name in TARGETS else LOWERINGS[name]
     except KeyError:
         raise CollsError(f"unknown target {name!r} (choose from {', '.join(TARGETS)})",
                          key="--target") from None

@@ -15,6 +15,10 @@ This module is not a :class:`~colls.runtimes.base.Target`: that registry describ
 
 from __future__ import annotations
 
+import dataclasses
+
+from colls.runtimes import exe
+
 NAME = "mscclpp"
 DESCRIPTION = "MSCCL++ executor, JSON execution plans (format of v0.8.0 and later)"
 
@@ -60,6 +64,20 @@ MAX_SEMAPHORES_PER_OP = 16           # MAX_DEVICE_SEMAPHORES: Operation::deviceS
 MAX_OFFSET = 2**32 - 1               # Operation::inputOffsets / inputBufferSizes are uint32_t (EC); the
                                      # loader also computes chunk end offsets in uint32_t (EP getBufferSize)
 MAX_THREADS_PER_BLOCK = 1024         # executionKernel is __launch_bounds__(1024, 1) (EK)
+# What a threadblock of a plan colls writes holds (colls.mscclpp): its incoming channel's credit grants at the
+# start (one signal per slot, colls.mscclpp.SLOTS = 2), then for each XML step at most 9 ops written whole
+# (a semaphore acquire, one wait for the message and the credit, a nop, the data ops: at most a reduce or copy
+# into a staging slot, a nop, a copy and a put with signal, one signal for the credit, a semaphore release).
+# A plan whose pipelined form has more ops is written whole (colls.mscclpp.plan_of). So a program whose
+# threadblocks have at most PLAN_MAX_STEPS steps always makes a plan within MAX_OPERATIONS.
+PLAN_GRANT_OPS = 2
+PLAN_OPS_PER_STEP = 9
+PLAN_MAX_STEPS = (MAX_OPERATIONS - PLAN_GRANT_OPS) // PLAN_OPS_PER_STEP
+# The schedules of plans are lowered as for the MSCCL executor (the XML program is what colls proves and
+# then writes as a plan) with at most PLAN_MAX_STEPS steps per threadblock: rings are cut into that many
+# steps per channel, as for the XML limit of 64 steps.
+LOWERING = dataclasses.replace(exe.TARGET, name="mscclpp", description="MSCCL++ execution plans (0.8 and later)",
+                               max_steps=PLAN_MAX_STEPS)
 BUFFER_ALIGNMENT = 16                # default buffer_alignment (EP); offsets are in these units
 # With reuse_resources the executor's own 128 MiB buffer is the scratch (EX defaultScratchBufferSize =
 # 1 << 27) and chunks beyond PREDFINED_SCRATCH_SIZE = 64 MiB (EC) wrap; colls never sets reuse_resources,
