@@ -300,7 +300,8 @@ class _Run:
         self.f_rate = np.zeros(C)
         self.f_fin = np.full(C, math.inf)
         self.t_min = math.inf                            # the earliest finish
-        self.fin_heap: list = []                         # (finish, connection), pushed whenever a finish changes
+        self.fin_heap: list = []                         # (finish, connection) of one-link flows, pushed when it changes
+        self.wide_min = math.inf                         # the earliest finish of the other flows
         self.nflows = 0
         self.conn_ti = np.array(m.conn_sender, dtype=np.int64)
         lens = [len(x) for x in m.conn_links]
@@ -315,6 +316,8 @@ class _Run:
         self.comp, self.link_comp, self.one_link = _components(m)
         self.comp_arr = np.array(self.comp, dtype=np.int64)
         self.ncomp = max(self.comp, default=-1) + 1
+        self.one_arr = np.array(self.one_link, dtype=np.int64) >= 0
+        self.wide_idx = np.flatnonzero(~self.one_arr)
         self.on_link = [{} for _ in range(len(m.links))]
         self.tb_cap_arr = np.array(self.tb_cap, dtype=float)
         self.load = np.zeros(len(m.links))               # bytes/us the flows put on each link
@@ -478,6 +481,7 @@ class _Run:
         one, comp, on_link = self.one_link, self.comp, self.on_link
         touched: set = set()                    # one-link components whose flows changed
         redo: set = set()                       # larger components to recompute
+        wide = False                            # a flow of a larger one started or ended
         if len(gone):
             full = None
             for c in gone:
@@ -485,7 +489,9 @@ class _Run:
                 if li >= 0:
                     del on_link[li][c]
                     touched.add(li)
-                elif comp[c] not in redo:
+                    continue
+                wide = True
+                if comp[c] not in redo:
                     links = m.conn_links[c]
                     if full is None:
                         full = cap - load <= cap * 1e-9
@@ -509,25 +515,30 @@ class _Run:
                 if li >= 0:
                     on_link[li][c] = (c_cap, float(m.conn_weight[c][0]))
                     touched.add(li)
-                elif comp[c] not in redo:
-                    links, w = m.conn_links[c], m.conn_weight[c]
-                    if (cap[links] - load[links] >= c_cap * w * (1 + 1e-9)).all():
-                        np.add.at(load, links, c_cap * w)
-                    else:
-                        redo.add(comp[c])
+                else:
+                    wide = True
+                    if comp[c] not in redo:
+                        links, w = m.conn_links[c], m.conn_weight[c]
+                        if (cap[links] - load[links] >= c_cap * w * (1 + 1e-9)).all():
+                            np.add.at(load, links, c_cap * w)
+                        else:
+                            redo.add(comp[c])
                 self.f_on[c] = True
                 rate[c] = c_cap
                 fin[c] = now + wire / c_cap
-                heapq.heappush(self.fin_heap, (float(fin[c]), c))
+                if li >= 0:
+                    heapq.heappush(self.fin_heap, (float(fin[c]), c))
             self.nflows += len(new)
         now = self.now
         for li in touched:
             load[li] = _fill_one(on_link[li], float(cap[li]), rate, fin, now, self.fin_heap)
         if redo:
             self._reallocate(redo)
-        self._next_finish()
         if self.timeline:
             self.link_load = self.load / cap
+        if wide:
+            self.wide_min = float(fin[self.wide_idx].min())
+        self._next_finish()
         self.rates_dirty = False
 
     def _reallocate(self, comps: set):
@@ -555,16 +566,20 @@ class _Run:
         new_rate = _max_min(idx, own, n, cap, self.tb_cap_arr[self.conn_ti[act]], w)
         rate[act] = new_rate
         fin[act] = now + rem / new_rate
-        for e in zip(fin[act].tolist(), act.tolist()):
-            heapq.heappush(self.fin_heap, e)
         self.load[links] = np.bincount(idx, weights=new_rate[own] * w, minlength=len(cap))[links]
 
     def _finished(self, t: float) -> list:
         """The flows done at ``t`` (in connection order): a flow is done when what it has left is within a
-        nanosecond's worth (and a byte's billionth). Taken from the finish heap; an entry whose flow has
-        ended or whose finish has moved since is stale and dropped."""
+        nanosecond's worth (and a byte's billionth). One-link flows from the finish heap (an entry whose flow
+        has ended or whose finish has moved since is stale and dropped); the others, whose finishes move
+        together at every reallocation, by comparing them all."""
         heap, on, fin, rate = self.fin_heap, self.f_on, self.f_fin, self.f_rate
         gone, later = set(), []
+        if self.wide_min <= t + FINISH_GATE:
+            idx = self.wide_idx
+            near = idx[fin[idx] <= t + FINISH_GATE]             # flows not in flight end at inf
+            r = rate[near]
+            gone.update(near[(fin[near] - t) * r <= r * TIME_EPS + 1e-9].tolist())
         while heap and heap[0][0] <= t + FINISH_GATE:
             f, c = heapq.heappop(heap)
             if not on[c] or fin[c] != f or c in gone:
@@ -583,7 +598,7 @@ class _Run:
         heap, on, fin = self.fin_heap, self.f_on, self.f_fin
         while heap and (not on[heap[0][1]] or fin[heap[0][1]] != heap[0][0]):
             heapq.heappop(heap)
-        self.t_min = heap[0][0] if heap else math.inf
+        self.t_min = min(heap[0][0], self.wide_min) if heap else self.wide_min
 
     def _link_bytes(self) -> np.ndarray:
         """The wire bytes each link carried: its connections' bytes, each counted as many times as it crosses
@@ -722,9 +737,11 @@ class _Run:
         self.heap = [(t + jumps * period, s, w, a) for t, s, w, a in self.heap]
         heapq.heapify(self.heap)
         self.f_fin[self.f_on] += jumps * period
-        act = np.flatnonzero(self.f_on)
+        act = np.flatnonzero(self.f_on & self.one_arr)
         self.fin_heap = list(zip(self.f_fin[act].tolist(), act.tolist()))
         heapq.heapify(self.fin_heap)
+        if len(self.wide_idx):
+            self.wide_min = float(self.f_fin[self.wide_idx].min())
         self._next_finish()
         self.act_start = [a + jumps * period for a in self.act_start]
         self.conn_bytes = [b + jumps * (b - b0) for b, b0 in zip(self.conn_bytes, bytes_then)]
