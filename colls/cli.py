@@ -260,14 +260,17 @@ def hardware_import(path, output, name, gpu_model, sms, link_bandwidth):
               help="milp: solver time per stage, CP-SAT deterministic seconds (default 10).")
 @click.option("--gap", type=float, default=None, metavar="FRACTION",
               help="milp: stop at this relative gap to the solver's bound (default 0.01).")
+@click.option("--max-threadblocks", type=Whole(1, 1024), default=None, metavar="N",
+              help="At most N threadblocks (SMs or CUs) per GPU for the file: each is one the model's compute "
+                   "cannot use. The methods fit their counts to it; default: the target's and the GPU's limit.")
 @click.option("--quiet", is_flag=True, help="milp: no solver progress lines on stderr.")
 @click.option("--simulate/--no-simulate", "simulate", default=True, show_default=True,
               help="Time the file with the simulator: busbw at 1KB, 1MB and 1GB in the summary, the whole curve "
                    "in --json.")
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON instead of one line.")
 def synth(hardware, nodes, collective, method, output, target, instances, proto, min_bytes, max_bytes,
-          inplace_only, outofplace_only, chunks, root, rings, trees_per_gpu, sketch_path, time_limit, gap, quiet,
-          simulate, as_json):
+          inplace_only, outofplace_only, chunks, root, rings, trees_per_gpu, sketch_path, time_limit, gap,
+          max_threadblocks, quiet, simulate, as_json):
     """Synthesize a schedule, prove it, and write it as MSCCL XML (or, with --target mscclpp, as an MSCCL++
     JSON execution plan)."""
     from colls import files, pipeline
@@ -294,6 +297,8 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
     if options and method not in ("ring", "trees"):
         raise CollsError(f"does not apply to method {excerpt(method)}",
                          key="--rings" if rings is not None else "--trees-per-gpu")
+    if max_threadblocks is not None:
+        options["max_threadblocks"] = max_threadblocks
     milp_given = [(key, value) for key, value in (("--sketch", sketch_path), ("--time-limit", time_limit),
                                                   ("--gap", gap), ("--quiet", quiet or None)) if value is not None]
     if milp_given and method != "milp":
@@ -420,10 +425,13 @@ NCCL_STEPS_BYTES = 8          # a buffer holds NCCL_STEPS slots of at least a by
 @click.option("--margin", type=click.FloatRange(0, 99), default=None, metavar="PCT",
               help="How much faster (percent) a file must be than the runtime's own algorithm to take a size "
                    "(default: the simulator's measured error in the size's band, bench/CALIBRATION.md).")
+@click.option("--max-threadblocks", type=Whole(1, 1024), default=None, metavar="N",
+              help="At most N threadblocks (SMs or CUs) per GPU for the files (every method, every copy): each is one the model's compute "
+                   "cannot use. The methods fit their counts to it; default: the target's and the GPU's limit.")
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ranges as JSON.")
 def compile_cmd(hardware, nodes, collective, output, target, root, methods, sizes, sketch_path, time_limit, jobs,
-                margin, quiet, as_json):
+                margin, max_threadblocks, quiet, as_json):
     """Choose the fastest file for every range of call sizes and write a folder the runtime loads.
 
     Every method is synthesized, proved and simulated from the smallest to the largest size beside
@@ -461,7 +469,8 @@ def compile_cmd(hardware, nodes, collective, output, target, root, methods, size
     say = (lambda line: None) if quiet else \
         (lambda line: click.echo(f"colls: [{time.perf_counter() - started:5.0f} s] {line}", err=True))
     common = dict(sizes=size_list, methods=names, sketch=sketch, milp_options=milp_options,
-                  jobs=jobs or comp.default_jobs(), progress=say, margin=None if margin is None else margin / 100)
+                  jobs=jobs or comp.default_jobs(), progress=say, margin=None if margin is None else margin / 100,
+                  max_threadblocks=max_threadblocks)
     if target == PLAN_TARGET:
         if root is not None:
             raise CollsError("MSCCL++ plans are written for allreduce, allgather, reducescatter and alltoall",

@@ -120,11 +120,13 @@ class Plan:
 
 def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes=None, methods=METHODS,
          sketch=None, milp_options: dict | None = None, jobs: int = 1, margin: float | None = None,
-         progress: Callable[[str], None] = lambda line: None) -> list[Plan]:
+         max_threadblocks: int | None = None, progress: Callable[[str], None] = lambda line: None) -> list[Plan]:
     """Synthesize, simulate and choose, for each collective in ``kinds`` (nothing is written).
 
     ``margin``: how much faster (a fraction) a file must be than the runtime's own algorithm to take a size;
-    None: the model's measured error in the size's band (:func:`colls.runtimes.calibration.margin`)."""
+    None: the model's measured error in the size's band (:func:`colls.runtimes.calibration.margin`).
+    ``max_threadblocks``: every file within that many threadblocks per GPU (the methods fit their counts and
+    copies to it; :func:`colls.pipeline.budgeted`); the runtime's own algorithm is modelled as it runs."""
     sizes = sorted(set(sizes or parse_sizes(DEFAULT_SIZES)))
     margins = [margin if margin is not None else calibration.margin(s)[0] for s in sizes]
     milp = dict({"time_limit": MILP_TIME_LIMIT}, **(milp_options or {}),
@@ -150,8 +152,10 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
         collectives.append(coll)
         defaults.append(default)
     # 1. every method's schedules, and the runtime's own algorithms at every size (independent of each other)
+    budget = {} if max_threadblocks is None else {"max_threadblocks": max_threadblocks}
     tasks = [(f"{p.kind}: synthesizing with {name}",
-              partial(_variants, topology, coll, name, target, milp if name == "milp" else {}, sizes))
+              partial(_variants, topology, coll, name, target, dict(milp if name == "milp" else {}, **budget),
+                      sizes))
              for p, coll in zip(plans, collectives) for name in methods]
     cells = [(pi, k, i) for i in reversed(range(len(sizes))) for pi, d in enumerate(defaults)   # large sizes first
              for k in range(len(d.timers) if d else 0)]
@@ -431,7 +435,7 @@ def _winner_words(r: Range) -> str:
         return "NCCL's own"
     name, _, proto = r.winner
     f = r.compiled.facts if r.compiled is not None else {}
-    return f"{name} {proto} x{f.get('instances', '?')}"
+    return f"{name} {proto} x{f.get('instances', '?')}, {f.get('threadblocks', '?')} threadblocks/GPU"
 
 
 def _bytes_words(r: Range, target: str) -> str:
@@ -607,7 +611,7 @@ def to_json(plans, directory: str, written: list, target: str) -> dict:
 # accepts (a multiple of 16 bytes).
 
 def plan_mscclpp(topology, kinds, *, sizes=None, methods=METHODS, sketch=None, milp_options: dict | None = None,
-                 jobs: int = 1, margin: float | None = None,
+                 jobs: int = 1, margin: float | None = None, max_threadblocks: int | None = None,
                  progress: Callable[[str], None] = lambda line: None) -> list[Plan]:
     """:func:`plan` for MSCCL++ plans (nothing is written)."""
     sizes = sorted(set(sizes or parse_sizes(DEFAULT_SIZES)))
@@ -633,8 +637,10 @@ def plan_mscclpp(topology, kinds, *, sizes=None, methods=METHODS, sketch=None, m
         progress(f"{kind}: timing NCCL's own algorithms at {len(sizes)} sizes")
         if default is not None:
             p.nccl = [default.time(s, bound) for s in sizes]
+        budget = {} if max_threadblocks is None else {"max_threadblocks": max_threadblocks}
         tasks = [(f"{kind}: {name}: synthesizing, writing plans and timing them",
-                  partial(_plan_variants, topology, coll, name, milp if name == "milp" else {}, sizes, bound))
+                  partial(_plan_variants, topology, coll, name, dict(milp if name == "milp" else {}, **budget),
+                          sizes, bound))
                  for name in methods]
         p.methods = _in_processes(tasks, jobs, progress)
         p.ranges = _ranges(p.methods, p.nccl, sizes, PLAN_TARGET, margins)
@@ -840,7 +846,8 @@ def plans_readme(plans, topology) -> str:
                 "busbw |", "|---|---|---|---|---|---|"]
         for r in p.ranges:
             files = ", ".join(f"`{PLANS}/{f}`" for f, _ in r.plans) or (r.note or "none")
-            words = "NCCL's own" if r.winner is None else f"{r.winner[0]} x{r.compiled.facts['instances']}"
+            words = "NCCL's own" if r.winner is None else (f"{r.winner[0]} x{r.compiled.facts['instances']}, "
+                                                             f"{r.compiled.facts['threadblocks']} threadblocks/GPU")
             out.append(_readme_row(p, r, PLAN_TARGET, words, files))
         if p.notes:
             out += [""] + [f"Note: {n}" for n in p.notes]

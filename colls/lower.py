@@ -148,6 +148,7 @@ def lower(schedule: Schedule, target: Target, options: LowerOptions | None = Non
         steps, tbmax = program.max_steps(), program.max_tbs()
         if tbmax > limit_tbs:
             what = f"the GPU's {options.sms} SMs" if options.sms and options.sms < target.max_tbs \
+                else f"--max-threadblocks {target.tbs_budget}" if target.tbs_budget == target.max_tbs \
                 else f"the target's {target.max_tbs}"
             raise LimitError(f"{schedule.method} {schedule.collective.kind}: needs {tbmax} threadblocks "
                              f"per GPU, more than {what} (threadblocks must all be resident); try fewer "

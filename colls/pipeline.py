@@ -17,7 +17,7 @@ can stop after any of them and look at what it produced::
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Callable
 
@@ -270,10 +270,11 @@ def check_limits(topology: Topology, collective: Collective, method: str, tgt: T
     elif method == "ring" and collective.kind == "alltoall":  # every routed pair straight, others relayed
         peers = sum(1 for b in range(1, n) if topology.route(0, b) is not None)
     if peers > limit_tbs:
+        who = (f"--max-threadblocks {tgt.tbs_budget} allows" if tgt.tbs_budget == limit_tbs
+               else f"{tgt.name} on this GPU runs")
         raise LimitError(f"{method} {collective.kind} on {topology.name}: a rank talks to {peers} peers, "
-                         f"one threadblock each, but {tgt.name} on this GPU runs at most {limit_tbs} "
-                         f"threadblocks per GPU; try " + ("--method trees" if collective.kind !=
-                                                          "alltoall" else "fewer --nodes"))
+                         f"one threadblock each, but {who} at most {limit_tbs} threadblocks per GPU; try "
+                         + ("--method trees" if collective.kind != "alltoall" else "fewer --nodes"))
     if steps > tgt.max_steps * limit_tbs:
         raise LimitError(f"{method} {collective.kind} on {topology.name}: a rank needs at least {steps} "
                          f"steps, more than {limit_tbs} threadblocks of {tgt.max_steps} steps hold; "
@@ -370,13 +371,13 @@ def _again(compiled: Compiled, progress, in_memory: bool, prove: bool, **changes
 
 def _compile_method(topology, collective, method, target, instances, proto, min_bytes, max_bytes, mode,
                     options, progress, in_memory=False, prove=True) -> Compiled:
-    tgt = get_target(target)
+    options = dict(options or {})
+    tgt = budgeted(get_target(target), options.pop("max_threadblocks", None))
     _check_options(topology, collective, tgt, instances, proto, min_bytes, max_bytes, mode)
     synth.get_method(method)
     check_limits(topology, collective, method, tgt, instances, options)
     if tgt.name == "old" and max_bytes == 0:
         max_bytes = OLD_NO_LIMIT
-    options = dict(options or {})
     if method in ("trees", "direct"):
         options.setdefault("max_tbs", tgt.max_tbs)  # lanes are chosen to fit what the runtime loads
     if method == "ring" and "rings" not in options:  # ring counts are chosen among those that fit
@@ -406,6 +407,18 @@ def _compile_method(topology, collective, method, target, instances, proto, min_
         return result
     raise LimitError(f"trees {collective.kind} on {topology.name}: no number of trees per GPU fits "
                      f"{tgt.name} (tried {', '.join(str(k) for k, _ in refused)}): {refused[-1][1]}")
+
+
+def budgeted(tgt: Target, max_threadblocks: int | None) -> Target:
+    """``tgt`` with at most ``max_threadblocks`` threadblocks per GPU (``--max-threadblocks``: every SM a
+    collective holds is one the model's compute cannot use). Every method then fits its lanes, rings or trees
+    to it as to the target's own limit; the name stays, so the file is the target's."""
+    if max_threadblocks is None:
+        return tgt
+    if isinstance(max_threadblocks, bool) or not isinstance(max_threadblocks, int) or max_threadblocks < 1:
+        raise CollsError(f"a number of threadblocks per GPU, 1 or more, got {max_threadblocks!r}",
+                         key="--max-threadblocks")
+    return replace(tgt, max_tbs=min(tgt.max_tbs, max_threadblocks), tbs_budget=max_threadblocks)
 
 
 def _compile_ring(topology, collective, tgt, options, settings) -> Compiled:

@@ -167,6 +167,9 @@ CASES = [
     (SYNTH + ["--rings", "0"], "--rings"),
     (SYNTH + ["--method", "trees", "--trees-per-gpu", "0"], "--trees-per-gpu"),
     (SYNTH + ["--method", "direct", "--rings", "2"], "--rings"),
+    (SYNTH + ["--max-threadblocks", "0"], "--max-threadblocks"),
+    (SYNTH + ["--max-threadblocks", "many"], "--max-threadblocks"),
+    (SYNTH + ["--method", "direct", "--max-threadblocks", "2"], "--max-threadblocks"),   # one per peer: 7
     (SYNTH + ["--instances", "0"], "--instances"),
     (SYNTH + ["--instances", "1e3"], "--instances"),
     (SYNTH + ["--instances", BIG], "--instances"),

@@ -322,3 +322,18 @@ def test_methods_out_of_reach_of_the_runtime_are_not_simulated_and_change_nothin
                 elif t is not None:
                     assert t.time_us == whole.time_us
     assert pruned
+
+
+def test_max_threadblocks_bounds_every_file(tmp_path):
+    """--max-threadblocks 16 on 2 x DGX A100 allgather: the trees file takes 30 threadblocks per GPU by
+    itself; within the budget every written file holds at most 16, and the README says how many each holds."""
+    out = tmp_path / "algos"
+    proc = run("compile", "--hardware", "dgx-a100", "--nodes", "2", "--collective", "allgather", "--methods",
+               "trees", "--sizes", "1KB,64MB,1GB", "--max-threadblocks", "16", "-o", str(out), "--json", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    written = json.loads(proc.stdout)["files"]
+    assert written
+    for path in written:
+        program = msccl.parse((out / path).read_text() if not os.path.isabs(path) else open(path).read())[0]
+        assert program.max_tbs() <= 16
+    assert "threadblocks/GPU" in (out / "README.md").read_text()

@@ -6,7 +6,7 @@ import pytest
 from colls import msccl, pipeline, verify
 from colls.inputs import hardware
 from colls.collectives import KINDS, Collective
-from colls.errors import CollsError
+from colls.errors import CollsError, LimitError
 from colls.runtimes import TARGETS
 
 PROFILES = [p["name"] for p in hardware.list_profiles()]
@@ -145,3 +145,22 @@ def test_trees_with_k_fixed_never_falls_back():
     with pytest.raises(CollsError, match="threadblocks"):
         pipeline.compile_schedule(topo, Collective("allgather", 32), "trees", instances=4,
                                   options={"trees_per_gpu": 7})
+
+
+def test_max_threadblocks_fits_the_method_or_names_the_budget():
+    """A budget of threadblocks per GPU is a limit like the target's own: trees on 2 x DGX A100 (30 by
+    itself) fit 16; direct, which needs a threadblock per peer, is refused naming the option; a budget that
+    is not a positive whole number is refused."""
+    topo = hardware.load_topology("dgx-a100", nodes=2)
+    coll = Collective("allgather", topo.ngpus)
+    free = pipeline.compile_schedule(topo, coll, "trees", in_memory=True, prove=False)
+    assert free.program.max_tbs() > 16
+    tight = pipeline.compile_schedule(topo, coll, "trees", options={"max_threadblocks": 16}, in_memory=True,
+                                      prove=False)
+    assert tight.program.max_tbs() <= 16 and tight.target.name == "exe"
+    with pytest.raises(LimitError, match="--max-threadblocks 4"):
+        pipeline.compile_schedule(topo, coll, "direct", options={"max_threadblocks": 4}, in_memory=True)
+    for bad in (0, True, 2.5):
+        with pytest.raises(CollsError, match="threadblocks") as e:
+            pipeline.compile_schedule(topo, coll, "ring", options={"max_threadblocks": bad}, in_memory=True)
+        assert e.value.key == "--max-threadblocks"

@@ -36,6 +36,8 @@ class Target:
     # (NCCL src/graph/connect.cc ncclTopoPostset doubles them; colls.simulate.defaults.searched_rings)
     ring_copies: int = 2
     single_node_ring_copies: tuple = ()   # (GPU model, copies) when every rank is on one node
+    # a user's budget of threadblocks per GPU (--max-threadblocks), already folded into max_tbs; None: none
+    tbs_budget: int | None = None
 
     def coll_name(self, kind: str) -> str:
         """How this runtime spells a collective in the `coll` attribute."""
