@@ -121,9 +121,10 @@ def lower(schedule: Schedule, target: Target, options: LowerOptions | None = Non
             continue
 
         no_fuse = set()  # keyed by the ids of this segmentation's ops
+        forwards = _forward_candidates(ops, schedule.collective)
         while True:
             try:
-                instrs = _instructions(ops, keys, chan_of, no_fuse, schedule.collective)
+                instrs = _instructions(ops, keys, chan_of, no_fuse, forwards)
             except CollsError:
                 if base == len(lanes):
                     raise
@@ -241,26 +242,38 @@ def _segment(ops: list[Op], nseg: int, nsteps: int, scratch: int) -> tuple[list[
     return out, {id(op): anchor[i] for i, op in enumerate(out)}, scratch + max(used.values(), default=0)
 
 
-def _instructions(ops, keys, chan_of, no_fuse, coll: Collective) -> list[_Instr]:
+def _forward_candidates(ops, coll: Collective) -> dict:
+    """For each remote op, the remote op whose received result it sends on unchanged (nothing on that rank
+    wrote those chunks, under either aliasing, in between), or None. It depends on the ops' order alone, so
+    the retries of :func:`_instructions` (fusions refused one conflict at a time) share it."""
+    last_writer: dict = {}  # location -> the latest op writing it
+    out: dict = {}
+    for op in ops:
+        if not op.local:
+            out[id(op)] = _forwarded(op, _locations(op.src_slots(), coll), last_writer)
+        for loc in _locations(op.dst_slots(), coll):
+            last_writer[loc] = op
+    return out
+
+
+def _instructions(ops, keys, chan_of, no_fuse, forwards: dict) -> list[_Instr]:
     """One instruction per op half, fusing a receive with the send that forwards its result.
 
     A receive A is fused with a later send B when B sends exactly A's chunks on the same channel and no
-    op on that rank writes those chunks (under either aliasing) between A and B: the fused instruction
-    receives at A's time and forwards at once, which sends what B would have sent.
+    op on that rank writes those chunks (under either aliasing) between A and B (``forwards``:
+    :func:`_forward_candidates`): the fused instruction receives at A's time and forwards at once, which
+    sends what B would have sent.
     """
-    last_writer: dict = {}  # location -> the latest op writing it
     fused_with: dict = {}   # id(recv op) -> send op
     for op in ops:
         if not op.local:
-            a = _forwarded(op, _locations(op.src_slots(), coll), last_writer)
+            a = forwards[id(op)]
             if a is not None and id(a) not in fused_with and chan_of(a) == chan_of(op) \
                     and (id(a), id(op)) not in no_fuse:
                 fused_with[id(a)] = op
             elif op.src_buf == TRANSIENT:
                 raise CollsError(f"{op.describe()}: cannot forward an in-flight value on another channel "
                                  f"or in a separate instruction")
-        for loc in _locations(op.dst_slots(), coll):
-            last_writer[loc] = op
     sent_by_fusion = {id(b) for b in fused_with.values()}
     instrs = []
     for op in ops:
