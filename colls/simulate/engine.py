@@ -348,16 +348,16 @@ class _Run:
         self.seq += 1
         heapq.heappush(self.heap, (t, self.seq, what, arg))
 
-    def messages(self, cnt: int, p: int) -> list[float]:
-        """Data bytes of each message a step of ``cnt`` chunks sends in pass ``p`` (:func:`message_count` of
-        them)."""
-        b = self.pass_bytes[p]
+    def message(self, cnt: int, p: int, k: int) -> float:
+        """Data bytes of message ``k`` of a step of ``cnt`` chunks in pass ``p`` (:func:`message_count` of
+        them): one chunk each, or runs of ``mac`` chunks and the rest."""
         if cnt <= 0:
-            return [0.0]
+            return 0.0
+        b = self.pass_bytes[p]
         if self.mac <= 1:
-            return [b] * cnt
+            return b
         full, rest = divmod(cnt, self.mac)
-        return [b * self.mac] * full + ([b * rest] if rest else [])
+        return b * self.mac if k < full else b * rest
 
     def wake(self, ti):
         if ti >= 0 and not self.busy[ti] and not self.done[ti]:
@@ -397,7 +397,7 @@ class _Run:
         m = self.m
         p, it, k = self.pc[ti], self.it[ti], self.k[ti]
         snd, rcv, nop, cnt, dt, deps, pub, num, kind = m.steps[ti][p]
-        nbytes = self.messages(cnt, it)[k]
+        nbytes = self.message(cnt, it, k)
         if snd:
             wire = nbytes * self.wire
             outs = m.out_conns[ti]
@@ -430,7 +430,7 @@ class _Run:
                 self.wake(m.conn_sender[c])
         self.busy[ti] = False
         self.k[ti] += 1
-        if self.k[ti] >= len(self.messages(cnt, self.it[ti])):
+        if self.k[ti] >= message_count(cnt, self.mac):
             self.finish_step(ti)
         self.wake(ti)
 
