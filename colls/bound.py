@@ -293,7 +293,7 @@ def _min_ratio_cut(topo: Topology) -> tuple[Fraction, frozenset]:
         net.set(rate.denominator, src=rate.numerator, snk=0)
 
     apply(x)
-    for t in net.gpus:
+    for t in node_representatives(topo):    # a sink that passes at x passes at any smaller x
         while True:  # Dinkelbach/Newton on the ratio for this sink
             need = n * x.numerator  # N x, scaled by x's denominator like every capacity now
             if net.solve(net.source, t) >= need:
@@ -719,10 +719,58 @@ def latency_bound_us(topo: Topology, collective_kind: str, root: int = 0) -> flo
         return max(dist[r] for r in topo.gpus if r != root)
     worst = 0.0
     gpus = topo.gpus
-    for a in gpus:
+    for a in node_representatives(topo):
         dist = nx.single_source_dijkstra_path_length(g, a, weight=_latency)
         worst = max(worst, max(dist[b] for b in gpus if b != a))
     return worst
+
+
+def node_representatives(topo: Topology) -> list:
+    """GPUs that stand for all: the first node's when turning the nodes round (node i's vertices to node
+    i + 1's, the last node's to the first's, vertices of no node kept) is an automorphism of the machine (every
+    link maps to a link with the same bandwidth, latency, class, count and efficiency), else every GPU.
+
+    Such a map permutes the GPUs and keeps every distance and every capacity, so a GPU of node i is as far
+    from the others (:func:`latency_bound_us`) and as good a max-flow sink (:func:`_min_ratio_cut`: the
+    source feeds every GPU alike) as its image in node 0; and the turns reach every node. The map pairs each
+    node's vertices by kind and by their order in the node (GPUs by rank, others by name without the node's
+    own prefix); it is checked on every link, so a machine whose nodes differ (a NIC taken out) falls back to
+    every GPU."""
+    g = topo.graph
+    per_node: dict = {}
+    for v, data in g.nodes(data=True):
+        node = data.get("node")
+        if node is not None:
+            per_node.setdefault(node, []).append(v)
+    nodes = sorted(per_node)
+    if len(nodes) < 2 or nodes != list(range(len(nodes))):
+        return list(topo.gpus)
+
+    def local(v, node):
+        name = str(v)
+        prefix = f"n{node}."
+        return (g.nodes[v]["kind"], 0 if isinstance(v, int) else 1,
+                v if isinstance(v, int) else (name[len(prefix):] if name.startswith(prefix) else name))
+
+    order = {}
+    for node in nodes:
+        members = sorted(per_node[node], key=lambda v: local(v, node))
+        if len(members) != len(per_node[0]):
+            return list(topo.gpus)
+        order[node] = members
+    turn = {}
+    for node in nodes:
+        nxt = (node + 1) % len(nodes)
+        for a, b in zip(order[node], order[nxt]):
+            if g.nodes[a]["kind"] != g.nodes[b]["kind"]:
+                return list(topo.gpus)
+            turn[a] = b
+    for u, v, data in g.edges(data=True):
+        if g.get_edge_data(turn.get(u, u), turn.get(v, v)) != data:
+            return list(topo.gpus)
+    if len(set(turn.values())) != len(turn):
+        return list(topo.gpus)
+    return [v for v in order[0] if g.nodes[v]["kind"] == GPU]
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -330,3 +330,24 @@ def test_broadcast_reduce_and_alltoall_against_brute_force(case, root):
                    if u in a2a.cut and v in a2a.complement)
     a = len(gpus_of(topo, a2a.cut))
     assert a2a.algbw == Fraction(n * crossing, a * (n - a))
+
+
+@pytest.mark.parametrize("profile,nodes,without", [("dgx-a100", 3, None), ("mi250", 2, None),
+                                                   ("ndv2", 2, None), ("dgx-a100", 3, "nic:1:0")])
+def test_latency_bound_from_one_node_is_the_all_pairs_one(profile, nodes, without):
+    """The latency bound runs Dijkstra from the first node's GPUs only when turning the nodes round keeps
+    every link's latency; it equals the all-pairs longest shortest path, and a machine with one node
+    degraded (a NIC taken out) is computed from every GPU."""
+    from colls.bound import _latency, latency_bound_us, node_representatives
+    from colls.inputs.degrade import degrade
+    from colls.inputs.hardware import load_topology
+    topo = load_topology(profile, nodes)
+    if without:
+        topo = degrade(topo, without)
+    g, worst = topo.graph, 0.0
+    for a in topo.gpus:
+        dist = nx.single_source_dijkstra_path_length(g, a, weight=_latency)
+        worst = max(worst, max(dist[b] for b in topo.gpus if b != a))
+    assert latency_bound_us(topo, "allgather") == worst
+    sources = node_representatives(topo)
+    assert len(sources) == (len(topo.gpus) if without else len(topo.gpus) // nodes)
