@@ -30,6 +30,8 @@ RESULTS = Path(__file__).resolve().parent / "results.json"
 CASES = [
     ("bound-allgather-dgx-a100x16", "dgx-a100", 16, "bound", "allgather", 5.0),
     ("bound-allreduce-mi250x4", "mi250", 4, "bound", "allreduce", 5.0),
+    ("bound-allgather-dgx-a100x128", "dgx-a100", 128, "bound", "allgather", 2.0),      # 1,024 GPUs
+    ("bound-allreduce-mi250x64", "mi250", 64, "bound", "allreduce", 2.0),              # 1,024 GCDs
     ("ring-allreduce-dgx2x2", "dgx2", 2, "ring", "allreduce", None),
     ("ring-allreduce-mi250x2", "mi250", 2, "ring", "allreduce", None),
     ("ring-allgather-dgx-a100x4", "dgx-a100", 4, "ring", "allgather", None),
