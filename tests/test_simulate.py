@@ -344,9 +344,9 @@ def test_water_filling_gives_the_max_min_fair_rates(data):
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_links_of_their_own_are_filled_one_by_one(data):
-    """Flows that each cross one link (the engine's usual case inside a node): the water-filling per link
-    (equal caps, and sorted caps with weights), and the pure-Python fill of one link the engine keeps up to
-    date between events, give the rates progressive filling gives."""
+    """Flows that each cross one link (the engine's usual case inside a node): max-min water-filling (equal
+    caps, and different caps with weights), and the pure-Python fill of one link the engine keeps up to date
+    between events, give the rates progressive filling gives."""
     import numpy as np
     from colls.simulate.engine import _fill_one, _max_min
     nlinks = data.draw(st.integers(1, 5))

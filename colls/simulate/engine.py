@@ -313,7 +313,7 @@ class _Run:
         # the components of the flow-link graph (see rebuild): a connection's, a link's; a connection whose
         # component is one link has that link in ``one_link`` (else -1), and that link's flows in flight in
         # ``on_link`` (connection -> (cap, flows it stands for))
-        self.comp, self.link_comp, self.one_link = _components(m)
+        self.comp, self.link_comp, self.one_link = _components(m)      # once per machine
         self.comp_arr = np.array(self.comp, dtype=np.int64)
         self.ncomp = max(self.comp, default=-1) + 1
         self.one_arr = np.array(self.one_link, dtype=np.int64) >= 0
@@ -832,10 +832,6 @@ def _max_min(idx: np.ndarray, own: np.ndarray, n: int, link_cap: np.ndarray, fca
     L = len(link_cap)
     cap = fcap.astype(float)
     w = np.ones(len(idx)) if weight is None else weight.astype(float)
-    if len(idx) == n:                       # every flow crosses one link: each link is a problem of its own
-        if cap.min() == cap.max():          # and all have one cap: a link's flows share it evenly, up to that cap
-            return np.minimum(cap, link_cap[idx] / np.bincount(idx, weights=w, minlength=L)[idx])
-        return _fill_links(idx, n, link_cap, cap, w)
     # a link that would carry every one of its flows at its cap is no constraint: the allocation without it
     # fits it, so it is the allocation with it; flows that cross only such links get their caps
     tight = np.bincount(idx, weights=cap[own] * w, minlength=L) > link_cap * (1 + 1e-12)
@@ -879,36 +875,17 @@ def _max_min(idx: np.ndarray, own: np.ndarray, n: int, link_cap: np.ndarray, fca
     return rate
 
 
-def _fill_links(idx: np.ndarray, n: int, link_cap: np.ndarray, cap: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """:func:`_max_min` when flow ``f`` crosses the one link ``idx[f]``: the links share no flow, so each is
-    filled by itself. On one link with its flows' caps sorted, ``c_1 <= ... <= c_k`` (weights ``w``), the
-    fair level ``s`` solves ``sum w_j min(c_j, s) = C``; in the segment ``[c_(i-1), c_i]`` that is
-    ``s_i = (C - sum_(j<i) w_j c_j) / sum_(j>=i) w_j``, and the segment holding it is the first ``i`` with
-    ``c_i >= s_i`` (the left side grows with ``i``: it is the filled amount at ``c_i`` reaching ``C``). Every
-    flow gets ``min(c_j, s)``; a link that its flows' caps do not fill has no level (they get their caps)."""
-    order = np.lexsort((cap, idx))
-    li, c, ww = idx[order], cap[order], w[order]
-    starts = np.flatnonzero(np.r_[True, li[1:] != li[:-1]])
-    size = np.diff(np.r_[starts, n])
-    group = np.repeat(np.arange(len(starts)), size)
-    wc = np.cumsum(ww * c)
-    before = wc - ww * c - np.repeat((wc - ww * c)[starts], size)            # sum of w c over j < i
-    wsum = np.cumsum(ww[::-1])[::-1]
-    after = wsum - np.repeat(np.r_[wsum[starts[1:]], 0.0][np.arange(len(starts))], size)  # sum of w, j >= i
-    level = (link_cap[li] - before) / after
-    hit = c >= level * (1 - 1e-12)
-    first = np.full(len(starts), n)
-    np.minimum.at(first, group[hit], np.flatnonzero(hit))
-    lvl = np.where(first < n, level[np.minimum(first, n - 1)], np.inf)
-    rate = np.empty(n)
-    rate[order] = np.minimum(c, lvl[group])
-    return rate
-
-
 def _components(m) -> tuple[list[int], np.ndarray, list[int]]:
     """The connected components of ``m``'s connections, joined when their routes share a link: each
     connection's component, each link's (-1: crossed by none), and for each connection the one link of its
-    component when every connection of that component crosses that link alone (else -1)."""
+    component when every connection of that component crosses that link alone (else -1). Computed once per
+    machine (every call size simulated on it shares them)."""
+    if "_components" not in m.__dict__:
+        m._components = _components_now(m)
+    return m._components
+
+
+def _components_now(m) -> tuple[list[int], np.ndarray, list[int]]:
     L = len(m.links)
     parent = list(range(L))
 
