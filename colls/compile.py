@@ -243,12 +243,12 @@ def _variants(topology, coll, name, target, options, sizes=None) -> Method:
     return m
 
 
-def _first(topology, coll, name, target, options, m: Method | None):
-    """The method's file (in-place and out-of-place, or out-of-place only); None and ``m.refused`` set when
-    it makes none."""
+def _first(topology, coll, name, target, options, m: Method | None, make=tune.compile_fastest):
+    """The method's file (in-place and out-of-place, or out-of-place only), made by ``make``; None and
+    ``m.refused`` set when it makes none."""
     for mode in ("both", "outofplace"):
         try:
-            return tune.compile_fastest(topology, coll, name, target=target, mode=mode, options=options)
+            return make(topology, coll, name, target=target, mode=mode, options=options)
         except CollsError as e:
             if m is not None:
                 m.refused = str(e)
@@ -653,9 +653,7 @@ def _plan_variants(topology, coll, name, options, sizes, bound) -> Method:
     from colls import mscclpp
     from colls.simulate import plans as plan_sim
     m = Method(name)
-    first = _first(topology, coll, name, "exe", options, m)
-    if first is not None and not mscclpp.fits(first.program, topology):
-        first = _first(topology, coll, name, PLAN_TARGET, options, m)     # cut to fit (tune.compile_for_plans)
+    first = _first(topology, coll, name, "exe", options, m, make=tune.compile_for_plans)
     if first is None:
         return m
     _copies(first, m)

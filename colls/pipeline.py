@@ -336,8 +336,7 @@ def proved(compiled: Compiled, *, progress: Callable[[str], None] | None = None,
     """A candidate made to be simulated (``in_memory``, not proved), made as :func:`compile_schedule` would
     have made it with ``in_memory`` and ``prove``: the same program, now emitted and proved (or only
     proved), with its facts; nothing is synthesized or lowered again."""
-    with msccl.paused_gc():
-        return _again(compiled, _Progress(progress), in_memory, prove)
+    return _again(compiled, _Progress(progress), in_memory, prove)
 
 
 _KEPT_FACTS = ("trees_per_gpu_tried", "limited_by", "rings_tried", "chunks_note", "count_note", "trees_tuned")
