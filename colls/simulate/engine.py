@@ -936,7 +936,7 @@ def _fill_one(flows: dict, link_cap: float, rate: np.ndarray, fin: np.ndarray, n
         r = c_cap if c_cap <= level else level
         old = rate[c]
         if r != old:
-            fin[c] = f = now + old * (fin[c] - now) / r
+            fin[c] = f = float(now + old * (fin[c] - now) / r)      # a Python float, like every time
             rate[c] = r
             if heap is not None:
                 heapq.heappush(heap, (f, c))
