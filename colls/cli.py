@@ -238,8 +238,9 @@ def hardware_import(path, output, name, gpu_model, sms, link_bandwidth):
 @click.option("--target", type=Choice(sorted(TARGETS) + [PLAN_TARGET]), default="exe", show_default=True,
               help="Runtime: exe (MSCCL executor for NCCL), rccl, old (microsoft/msccl), mscclpp (an MSCCL++ JSON "
                    "execution plan, MSCCL++ 0.8 and later).")
-@click.option("--instances", type=Whole(1, MAX_COPIES), default=1, show_default=True,
-              help="Independent copies of the schedule, each on its own channels.")
+@click.option("--instances", type=Whole(1, MAX_COPIES), default=None,
+              help="Independent copies of the schedule, each on its own channels (default: 1, 2, 4, ... while "
+                   "each doubling simulates faster at 16MB and 256MB).")
 @click.option("--proto", type=Choice(PROTOCOLS), default="Simple", show_default=True)
 @click.option("--min-bytes", type=Whole(0, INT64_MAX), default=0, show_default=True,
               help="Smallest call (bytes) this file is used for.")
@@ -313,7 +314,7 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
             return
         try:
             pipeline.check_rank_limits(Collective(collective, ngpus, chunks=chunks), method, get_target(target),
-                                       instances, options, where=f"{nodes} nodes of {excerpt(hardware)}")
+                                       instances or 1, options, where=f"{nodes} nodes of {excerpt(hardware)}")
         except CollsError as e:
             raise type(e)(str(e), key="--nodes") from None
 

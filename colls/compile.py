@@ -51,7 +51,7 @@ from colls.simulate import Timing, parse_sizes, served, size_text
 from colls.simulate.baseline import Fastest, RuntimeDefault
 
 METHODS = ("ring", "direct", "trees", "milp")
-COPIES = (1, 2, 4, 8)
+COPIES = (1, 2, 4, 8, 16, 32)
 # milp's solver budget per stage in compile, CP-SAT deterministic seconds (synth's default is 10): measured on a
 # 2-core AMD EPYC, the 4 x DGX A100 alltoall reaches at 0.5 the schedule it has at 10 (34.06 us, 82 s of wall
 # time at 10), the 2 x MI250 alltoall 36.72 us at 2 (12 s) against 37.42 at 1; compile simulates the schedule
@@ -153,10 +153,13 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
         defaults.append(default)
     # 1. every method's schedules, and the runtime's own algorithms at every size (independent of each other)
     budget = {} if max_threadblocks is None else {"max_threadblocks": max_threadblocks}
-    tasks = [(f"{p.kind}: synthesizing with {name}",
-              partial(_variants, topology, coll, name, target, dict(milp if name == "milp" else {}, **budget),
-                      sizes))
-             for p, coll in zip(plans, collectives) for name in methods]
+    # the longest-looking first, so no long task starts last while the other processes wait (see _slow_first)
+    synth = sorted(((pi, name) for pi in range(len(plans)) for name in methods),
+                   key=lambda x: _slow_first(x[1], plans[x[0]].kind))
+    tasks = [(f"{plans[pi].kind}: synthesizing with {name}",
+              partial(_variants, topology, collectives[pi], name, target,
+                      dict(milp if name == "milp" else {}, **budget), sizes))
+             for pi, name in synth]
     cells = [(pi, k, i) for i in reversed(range(len(sizes))) for pi, d in enumerate(defaults)   # large sizes first
              for k in range(len(d.timers) if d else 0)]
     tasks += [(None, partial(defaults[pi].timers[k].time, sizes[i], plans[pi].bound)) for pi, k, i in cells]
@@ -164,8 +167,8 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
              f"algorithms at {len(sizes)} sizes from {size_text(sizes[0])} to {size_text(sizes[-1])} "
              f"({_processes(jobs)})")
     done = iter(_in_processes(tasks, jobs, progress))
-    for p in plans:
-        p.methods = [next(done) for _ in methods]
+    for pi, name in synth:
+        plans[pi].methods[methods.index(name)] = next(done)
     table: dict = {}
     for cell in cells:
         table[cell] = next(done)
@@ -192,6 +195,21 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
     if target == "old":
         _keep_old_files(plans)
     return plans
+
+
+# How long a method's synthesis tends to take, longest first: the searches (milp's solver runs to its time
+# limit on the larger collectives, trees packs and re-lowers at several counts) before the constructions; and
+# within a method the collective with most to place (allreduce's two halves, alltoall's N x N chunks).
+_SLOW_METHODS = ("milp", "trees", "ring", "direct")
+_SLOW_KINDS = ("allreduce", "alltoall", "reducescatter", "allgather")
+
+
+def _slow_first(method: str, kind: str) -> tuple:
+    """Sort key of a synthesis task in :func:`plan`: the slowest-looking first (a method or collective not
+    listed goes after those that are)."""
+    def rank(names, x):
+        return names.index(x) if x in names else len(names)
+    return rank(_SLOW_METHODS, method), rank(_SLOW_KINDS, kind)
 
 
 def _processes(jobs: int) -> str:
@@ -226,7 +244,7 @@ def _run_task(i: int):
 
 
 def _variants(topology, coll, name, target, options, sizes=None) -> Method:
-    """The method's schedule at 1, 2, 4 and 8 copies, as far as the target loads them (its count of rings or
+    """The method's schedule at 1, 2, 4, ... 32 copies, as far as the target loads them (its count of rings or
     trees already a power of two where one exists: :func:`colls.pipeline.compile_schedule`). A schedule the
     runtime would run for none of ``sizes`` is left out with its copies (they have more chunks per loop
     still)."""
@@ -248,7 +266,7 @@ def _first(topology, coll, name, target, options, m: Method | None, make=tune.co
     ``m.refused`` set when it makes none."""
     for mode in ("both", "outofplace"):
         try:
-            return make(topology, coll, name, target=target, mode=mode, options=options)
+            return make(topology, coll, name, target=target, mode=mode, options=options, instances=1)
         except CollsError as e:
             if m is not None:
                 m.refused = str(e)

@@ -82,7 +82,7 @@ class Compiled:
         compared = milp_words(f)
         if compared:
             line += f"; {compared}"
-        for note in ("chunks_note", "count_note"):
+        for note in ("chunks_note", "count_note", "copies_note"):
             if f.get(note):
                 line += f"; {f[note]}"
         if f.get("root") is not None:
@@ -339,7 +339,8 @@ def proved(compiled: Compiled, *, progress: Callable[[str], None] | None = None,
     return _again(compiled, _Progress(progress), in_memory, prove)
 
 
-_KEPT_FACTS = ("trees_per_gpu_tried", "limited_by", "rings_tried", "chunks_note", "count_note", "trees_tuned")
+_KEPT_FACTS = ("trees_per_gpu_tried", "limited_by", "rings_tried", "chunks_note", "count_note", "trees_tuned",
+               "copies_note", "copies_tuned")
 
 
 def _again(compiled: Compiled, progress, in_memory: bool, prove: bool, **changes) -> Compiled:

@@ -33,14 +33,34 @@ from colls.sizes import size_text
 SIZES = (16 << 20, 256 << 20)
 
 
-def compile_fastest(topology, collective, method: str, *, options: dict | None = None, **settings):
+def compile_fastest(topology, collective, method: str, *, options: dict | None = None, instances: int | None = None,
+                    **settings):
     """:func:`colls.pipeline.compile_schedule`, with the count of trees per GPU chosen by simulated time
-    (module docstring) when the method is trees and no count was given."""
+    (module docstring) when the method is trees and no count was given, and the copies of the schedule
+    (``instances``) too when none were given (:func:`_fastest_copies`)."""
     options = dict(options or {})
-    if method != "trees" or options.get("trees_per_gpu") or collective.kind in ("broadcast", "reduce") \
-            or trees.k_candidates(topology, collective)[0] <= 1:        # one tree per GPU: nothing to compare
+    settings["instances"] = instances or 1
+    count = not (method != "trees" or options.get("trees_per_gpu") or collective.kind in ("broadcast", "reduce")
+                 or trees.k_candidates(topology, collective)[0] <= 1)     # one tree per GPU: nothing to compare
+    if not count and instances is not None:
         return pipeline.compile_schedule(topology, collective, method, options=options, **settings)
     unproved = dict(settings, in_memory=True, prove=False)      # simulated only; the one chosen is proved after
+    if count:
+        chosen, facts = _fastest_count(topology, collective, method, options, unproved)
+    else:
+        chosen, facts = pipeline.compile_schedule(topology, collective, method, options=options, **unproved), {}
+    if instances is None:
+        chosen, more = _fastest_copies(chosen, topology, facts.pop("_score", None))
+        facts.update(more)
+    result = pipeline.proved(chosen, progress=settings.get("progress"), in_memory=settings.get("in_memory", False),
+                             prove=settings.get("prove", True))
+    result.facts.update(facts)
+    return result
+
+
+def _fastest_count(topology, collective, method, options: dict, unproved: dict):
+    """The trees file at the link model's count and at every smaller power of two, the fastest simulated (not
+    proved), with the facts that say how it was chosen (``_score``: its score, for :func:`_fastest_copies`)."""
     first = pipeline.compile_schedule(topology, collective, method, options=options, **unproved)
     k = first.schedule.info.get("k") or 1
     counts = [1 << i for i in range(k.bit_length()) if 1 << i < k]
@@ -58,24 +78,62 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
             timed[c] = score
             best_score = score if best_score is None else min(best_score, score)
     best = min(timed, key=lambda c: (timed[c], c != k, c)) if timed else k
-    result = pipeline.proved(made[best], progress=settings.get("progress"), in_memory=settings.get("in_memory", False),
-                             prove=settings.get("prove", True))
+    facts: dict = {"_score": timed.get(best)}
     for key in ("trees_per_gpu_tried", "limited_by", "chunks_note"):    # why the link model took k
         if key in first.facts and best == k:
-            result.facts[key] = first.facts[key]
-    if best == k and "trees_per_gpu_tried" not in result.facts:
-        result.facts["trees_per_gpu_tried"] = [k]
+            facts[key] = first.facts[key]
+    if best == k and "trees_per_gpu_tried" not in first.facts:
+        facts["trees_per_gpu_tried"] = [k]
     if len(made) < 2 or not timed:
-        return result
-    result.facts["trees_tuned"] = {"sizes": [size_text(s) for s in SIZES], "link_model_k": k,
-                                   "geomean_us": {str(c): round(t, 3) for c, t in sorted(timed.items())}}
+        return made[best], facts
+    facts["trees_tuned"] = {"sizes": [size_text(s) for s in SIZES], "link_model_k": k,
+                            "geomean_us": {str(c): round(t, 3) for c, t in sorted(timed.items())}}
     if best != k:
         others = ", ".join(str(c) for c in sorted(made))
-        result.facts["count_note"] = (f"{best} trees per GPU: the fastest simulated of {others} at "
-                                      f"{' and '.join(size_text(s) for s in SIZES)} ({k}, the link model's "
-                                      "best, is slower on the runtime)")
-        result.facts["trees_per_gpu_tried"] = [k, best]
-    return result
+        facts["count_note"] = (f"{best} trees per GPU: the fastest simulated of {others} at "
+                               f"{' and '.join(size_text(s) for s in SIZES)} ({k}, the link model's "
+                               "best, is slower on the runtime)")
+        facts["trees_per_gpu_tried"] = [k, best]
+    return made[best], facts
+
+
+# A doubling of the copies must make the file this much faster to be taken: every copy holds threadblocks (SMs)
+# the model's compute cannot use, so a tie goes to fewer.
+COPIES_GAIN = 0.01
+
+
+def _fastest_copies(chosen, topology, score: float | None = None):
+    """``chosen`` (made once, not proved) at 1, 2, 4, ... copies (``--instances``: the schedule replicated on
+    channels of its own, each copy a share of every chunk), simulated at :data:`SIZES`: each doubling is taken
+    while it is at least :data:`COPIES_GAIN` faster, and the search stops at the first that is not, or that the
+    target cannot load (its channels, or the threadblocks it or ``--max-threadblocks`` allows). Why: a ring is
+    one chain of threadblocks, each moving its bytes at one threadblock's copy rate (about a tenth of an
+    NVSwitch A100's links), so one copy fills a tenth of the links whatever the link model says; NCCL runs its
+    ring on up to 32 channels for the same reason. Returns the file and the facts that say what was tried."""
+    if score is None:
+        score = _score(chosen, topology)
+    if score is None:                   # not run by the runtime at the sizes compared: nothing to compare
+        return chosen, {}
+    timed, best, copies = {1: score}, chosen, 1
+    while chosen.program.nchannels * copies * 2 <= chosen.target.max_channels:
+        try:
+            more = pipeline.relower(chosen, instances=copies * 2, only_simulated=True)
+        except CollsError:
+            break                       # more threadblocks or steps than the target loads
+        t = _score(more, topology, timed[copies] * (1 - COPIES_GAIN))
+        if t is None:
+            break
+        timed[copies * 2] = t
+        if t > timed[copies] * (1 - COPIES_GAIN):
+            break
+        best, copies = more, copies * 2
+    facts: dict = {"copies_tuned": {"sizes": [size_text(s) for s in SIZES],
+                                    "geomean_us": {str(c): round(t, 3) for c, t in sorted(timed.items())}}}
+    if copies > 1:
+        tried = ", ".join(str(c) for c in sorted(timed))
+        facts["copies_note"] = (f"{copies} copies of the schedule on channels of their own (--instances {copies}): "
+                                f"the fastest simulated of {tried} at {' and '.join(size_text(s) for s in SIZES)}")
+    return best, facts
 
 
 def _score(result, topology, beat: float | None = None) -> float | None:

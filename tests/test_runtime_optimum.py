@@ -96,8 +96,13 @@ def test_bound_json_has_the_runtime_optimum_at_the_size_asked():
 
 def test_synth_summary_gives_the_share_of_the_runtime_optimum(tmp_path):
     line = _run("synth", "--hardware", "dgx-a100", "--collective", "allgather", "--method", "ring",
-                "-o", str(tmp_path / "ag.xml"))
+                "--instances", "1", "-o", str(tmp_path / "ag.xml"))
     # the one-ring file: the link model's 100 % is said as such, the runtime's share at 1 GB is small
     assert "of the runtime optimum" in line and "link model algbw 342.9 GB/s (100.0% of the 342.9 GB/s link" in line
     shares = line.split("GB/s: ")[1].split(" of the runtime optimum")[0].split(", ")
     assert len(shares) == 3 and float(shares[-1].rstrip("%")) < 15
+    # the default file takes the copies that fill the links, and says so
+    line = _run("synth", "--hardware", "dgx-a100", "--collective", "allgather", "--method", "ring",
+                "-o", str(tmp_path / "ag2.xml"))
+    shares = line.split("GB/s: ")[1].split(" of the runtime optimum")[0].split(", ")
+    assert float(shares[-1].rstrip("%")) > 85 and "copies of the schedule on channels of their own" in line
