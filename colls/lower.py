@@ -45,6 +45,7 @@ from colls.program import Gpu, Program, Step, Threadblock
 from colls.schedule import TRANSIENT, Op, Schedule
 from colls.runtimes import Target
 from colls.verify.execution import fifo_messages
+from colls.topology import rank_offset
 
 
 @dataclass
@@ -56,6 +57,7 @@ class LowerOptions:
     outofplace: bool = True
     name: str | None = None
     sms: int | None = None  # threadblocks per GPU must not exceed this (all resident at once)
+    shape: tuple = (0, 0)   # the machine's node-major layout (Topology.node_major): peers ordered by offset
 
 
 @dataclass(eq=False)
@@ -124,7 +126,7 @@ def lower(schedule: Schedule, target: Target, options: LowerOptions | None = Non
         forwards = _forward_candidates(ops, schedule.collective)
         while True:
             try:
-                instrs = _instructions(ops, keys, chan_of, no_fuse, forwards)
+                instrs = _instructions(ops, keys, chan_of, no_fuse, forwards, options.shape)
             except CollsError:
                 if base == len(lanes):
                     raise
@@ -134,7 +136,7 @@ def lower(schedule: Schedule, target: Target, options: LowerOptions | None = Non
                     f"need {len(lanes) * nseg} channels; {target.name} allows {target.max_channels}; "
                     f"try fewer --rings, --instances or --chunks"
                     + ("" if target.name == "old" else ", or --target old")) from None
-            tbs, bad = _threadblocks(instrs)
+            tbs, bad = _threadblocks(instrs, options.shape)
             if not bad:
                 _dependencies(instrs, schedule.collective)
                 bad = _order(tbs)
@@ -256,24 +258,28 @@ def _forward_candidates(ops, coll: Collective) -> dict:
     return out
 
 
-def _instructions(ops, keys, chan_of, no_fuse, forwards: dict) -> list[_Instr]:
+def _instructions(ops, keys, chan_of, no_fuse, forwards: dict, shape: tuple = (0, 0)) -> list[_Instr]:
     """One instruction per op half, fusing a receive with the send that forwards its result.
 
     A receive A is fused with a later send B when B sends exactly A's chunks on the same channel and no
     op on that rank writes those chunks (under either aliasing) between A and B (``forwards``:
     :func:`_forward_candidates`): the fused instruction receives at A's time and forwards at once, which
-    sends what B would have sent.
+    sends what B would have sent. Of several such sends (a tree's vertex forwarding to its children), the
+    first by :func:`_forward_key`.
     """
     fused_with: dict = {}   # id(recv op) -> send op
     for op in ops:
         if not op.local:
             a = forwards[id(op)]
-            if a is not None and id(a) not in fused_with and chan_of(a) == chan_of(op) \
-                    and (id(a), id(op)) not in no_fuse:
-                fused_with[id(a)] = op
-            elif op.src_buf == TRANSIENT:
-                raise CollsError(f"{op.describe()}: cannot forward an in-flight value on another channel "
-                                 f"or in a separate instruction")
+            if a is not None and chan_of(a) == chan_of(op) and (id(a), id(op)) not in no_fuse:
+                b = fused_with.get(id(a))
+                if b is None or _forward_key(op, keys, shape) < _forward_key(b, keys, shape):
+                    fused_with[id(a)] = op
+    fusing = {id(b) for b in fused_with.values()}
+    for op in ops:
+        if not op.local and op.src_buf == TRANSIENT and id(op) not in fusing:
+            raise CollsError(f"{op.describe()}: cannot forward an in-flight value on another channel "
+                             f"or in a separate instruction")
     sent_by_fusion = {id(b) for b in fused_with.values()}
     instrs = []
     for op in ops:
@@ -291,6 +297,13 @@ def _instructions(ops, keys, chan_of, no_fuse, forwards: dict) -> list[_Instr]:
         instrs.append(_Instr(op.dst, t, chan_of(op), recv=op, send=b, recv_time=t,
                              send_time=keys[id(b)] if b is not None else None))
     return instrs
+
+
+def _forward_key(op: Op, keys: dict, shape: tuple) -> tuple:
+    """Which of the sends that forward one receive is fused with it: the earliest step and lane, then the peer
+    nearest by :func:`colls.topology.rank_offset`, so that the choice is the same seen from every GPU of a
+    schedule that is (by rank number it would differ where a shift wraps), then the schedule's order."""
+    return op.step, op.lane, rank_offset(shape, op.dst, op.src), keys[id(op)]
 
 
 def _forwarded(op: Op, reads: set, last_writer: dict) -> Op | None:
@@ -317,8 +330,12 @@ def _locations(slots, coll: Collective) -> set:
     return out
 
 
-def _threadblocks(instrs: list[_Instr]) -> tuple[list[_Tb], set]:
+def _threadblocks(instrs: list[_Instr], shape: tuple = (0, 0)) -> tuple[list[_Tb], set]:
     """Group instructions into threadblocks: one per (rank, channel, recv peer, send peer) pairing.
+
+    Ties between pairings go to the peers nearest in :func:`colls.topology.rank_offset` (``shape``: the
+    machine's node-major layout), not in rank number, so a schedule that is the same seen from every GPU gets
+    the same threadblocks on every GPU.
 
     Returns the threadblocks and the fused (receive, send) pairs whose two peers did not end up in one
     threadblock; the caller splits those and tries again."""
@@ -343,7 +360,10 @@ def _threadblocks(instrs: list[_Instr]) -> tuple[list[_Tb], set]:
                 w[1] += 1
         pair_of_recv: dict = {}
         used_send = set()
-        for (q, p), _ in sorted(weight.items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0])):
+        def near(peer, rank=rank):
+            return rank_offset(shape, peer, rank)
+        for (q, p), _ in sorted(weight.items(), key=lambda kv: (-kv[1][0], -kv[1][1], near(kv[0][0]),
+                                                                 near(kv[0][1]))):
             if q not in pair_of_recv and p not in used_send:
                 pair_of_recv[q] = p
                 used_send.add(p)
@@ -541,8 +561,10 @@ def _assemble(schedule: Schedule, tbs: list[_Tb], options: LowerOptions, target:
     by_rank: dict = defaultdict(list)
     for tb in tbs:
         by_rank[tb.rank].append(tb)
-    for group in by_rank.values():
-        group.sort(key=lambda t: (t.chan, t.recv < 0, t.recv, t.send < 0, t.send))
+    shape = options.shape
+    for rank, group in by_rank.items():
+        group.sort(key=lambda t: (t.chan, t.recv < 0, rank_offset(shape, t.recv, rank), t.send < 0,
+                                  rank_offset(shape, t.send, rank)))
         for k, tb in enumerate(group):
             tb.id = k
     # Step indices, counting one nop per extra cross-tb dependency.

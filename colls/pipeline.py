@@ -484,7 +484,7 @@ def _lower(topology: Topology, base: Schedule, method: str, tgt: Target, *, inst
         proto=proto, min_bytes=min_bytes, max_bytes=max_bytes,
         inplace=mode in ("both", "inplace"), outofplace=mode in ("both", "outofplace"),
         name=f"colls-{method}-{collective.kind}{_root_tag(collective)}-{topology.name.replace(' ', '')}",
-        sms=topology.min_sms())
+        sms=topology.min_sms(), shape=topology.node_major())
     program = lowering.lower(schedule, tgt, opts)
     return _finish(topology, base, schedule, program, method, tgt, mode, progress, in_memory, prove)
 

@@ -99,6 +99,17 @@ class Topology:
     def min_sms(self) -> int:
         return min(self.sms(r) for r in self.gpus)
 
+    def node_major(self) -> tuple[int, int]:
+        """(nodes, GPUs per node) when rank r is GPU r % P of node r // P, the layout node rotation and local
+        shift act on (the symmetries :func:`colls.synth.packing.find_group` looks for); (0, 0) otherwise."""
+        if "node_major" not in self._index:
+            n, per = self.ngpus, max(1, self.gpus_per_node)
+            major = all(self.node_of(r) == r // per and self.graph.nodes[r].get("local", r % per) == r % per
+                        for r in range(n))
+            self._index["node_major"] = (self.nodes, self.gpus_per_node) if major else (0, 0)
+        return self._index["node_major"]
+
+
     def gpu_model(self) -> str | None:
         """The GPU model name of rank 0 (profiles describe one model per machine)."""
         return self.graph.nodes[self.gpus[0]].get("model") if self.gpus else None
@@ -258,3 +269,15 @@ def _path(labels: dict, a: int, b: int) -> Route | None:
     while path[-1] != a:
         path.append(labels[path[-1]][2])
     return tuple(reversed(path))
+
+
+def rank_offset(shape: tuple[int, int], c: int, v: int):
+    """Where rank ``c`` is seen from rank ``v`` on a node-major machine of ``shape`` (:meth:`Topology.node_major`):
+    (node offset, local offset), each modulo its count. Node rotation and local shift keep it, where they keep
+    rank order only until a shift wraps (local 7 -> 0): a schedule built equivariant under them and ordered by
+    this offset, not by rank number, runs the same threadblocks on every GPU. Without such a layout (shape
+    (0, 0)): the rank itself."""
+    nodes, per = shape
+    if not nodes or not per:
+        return c
+    return ((c // per - v // per) % nodes, (c % per - v % per) % per)

@@ -71,7 +71,7 @@ from colls.errors import CollsError
 from colls.schedule import Op, Schedule
 from colls.synth import packing, splitting
 from colls.synth.common import schedule_facts
-from colls.topology import Topology
+from colls.topology import Topology, rank_offset
 
 METHOD = "trees"
 MAX_K = 8            # default cap on trees per root: keeps the program small (k_candidates falls back)
@@ -232,12 +232,7 @@ def plan(topology: Topology, reverse: bool = False, root: int | None = None) -> 
     else:
         b = bounds.reduce_bound(topology, root) if reverse else bounds.broadcast_bound(topology, root)
         optimum = b.algbw
-    shape = (topology.nodes, topology.gpus_per_node)
-    if any(topology.node_of(r) != r // max(1, topology.gpus_per_node) for r in range(n)) or \
-            any(topology.graph.nodes[r].get("local", r % max(1, topology.gpus_per_node))
-                != r % max(1, topology.gpus_per_node) for r in range(n)):
-        shape = (0, 0)  # ranks are not node-major: no node rotation or local shift
-    p = Plan(reverse, root, n, optimum, splitting.Splitter(topo, root, optimum), shape)
+    p = Plan(reverse, root, n, optimum, splitting.Splitter(topo, root, optimum), topology.node_major())
     styles = ["uniform"] if root is None else ["ring", "uniform"]
     for style in styles:
         sinks_of = (lambda arcs: packing.orbit_reps(p._group(arcs), n)) if root is None else None
@@ -503,6 +498,14 @@ class _Builder:
         self._root_sums: dict = {}        # (root, chunk) -> (task, last child): allreduce
         self.partial: dict = {}           # key -> (rank, task, child, parent, chunk, children, output)
         self._routes: dict = {}
+        self.shape = topology.node_major()
+        self.place: list = []             # task -> (its root, its index among the root's tasks)
+
+    def rel(self, c: int, v: int):
+        """Rank ``c`` seen from rank ``v`` (:func:`colls.topology.rank_offset`): the trees are grown
+        equivariant under node rotation and local shift (:func:`colls.synth.packing.pack`), so ordering a
+        vertex's children (and a root's trees) by it keeps the schedule equivariant."""
+        return rank_offset(self.shape, c, v)
 
     def route(self, a: int, b: int) -> tuple:
         key = (a, b)
@@ -524,9 +527,11 @@ class _Builder:
         (allgather, broadcast), its output chunk j (reduce-scatter, reduce) and the collective's chunk
         ``r k mult + j`` (allgather, reduce-scatter, allreduce)."""
         out, nxt = [], defaultdict(int)
-        for t in sorted(trees, key=lambda t: (t.root, sorted(t.parent.items()))):
+        for t in sorted(trees, key=lambda t: (t.root, sorted((self.rel(v, t.root), self.rel(p, t.root))
+                                                             for v, p in t.parent.items()))):
             for _ in range(t.mult * self.mult):
                 out.append((t, self.ntrees, nxt[t.root]))
+                self.place.append((t.root, nxt[t.root]))
                 nxt[t.root] += 1
                 self.group.append(self.ntrees)
                 self.ntrees += 1
@@ -552,13 +557,13 @@ class _Builder:
             self.span[tid] = 1 + max(depth[p] for p in kids)
             for v, cs in kids.items():
                 if v != r:  # the receive from the parent is forwarded to the first child at once
-                    self.fused.append((v, tid, tid, t.parent[v], min(cs)))
+                    self.fused.append((v, tid, tid, t.parent[v], min(cs, key=lambda c: self.rel(c, v))))
             if not from_input:
                 rs_task, last = self._root_sums[(r, c)]
                 self.after[tid] = rs_task
                 self.group[tid] = self.group[rs_task]
                 # the root's last reduction is sent on to its first allgather child
-                self.fused.append((r, rs_task, tid, last, min(kids[r])))
+                self.fused.append((r, rs_task, tid, last, min(kids[r], key=lambda c: self.rel(c, r))))
 
     def reduce_up(self, trees: list, store: str, rooted: bool = False) -> None:
         """Reduce-scatter / reduce / the reduce-scatter half of allreduce on reversed-graph trees (data
@@ -571,10 +576,10 @@ class _Builder:
             cin = self._chunk(r, j, rooted)
             out = j if self.coll.kind in ("reducescatter", "reduce") else cin
             kids = t.children()
-            ready, step_of = self._reduce_steps(t, kids)
+            ready, step_of = self._reduce_steps(t, kids, self.rel)
             self.span[tid] = ready[r]
             for v, cs in kids.items():
-                order = sorted(cs, key=lambda c: (step_of[c], c))
+                order = sorted(cs, key=lambda c: (step_of[c], self.rel(c, v)))
                 key = (tid, v)
                 last = len(order) - 1
                 if v != r:
@@ -594,14 +599,15 @@ class _Builder:
                     self.specs.append(_Spec(step_of[c], c, v, src, dst, 1, red, tid, self.route(c, v)))
 
     @staticmethod
-    def _reduce_steps(t, kids: dict) -> tuple[dict, dict]:
+    def _reduce_steps(t, kids: dict, rel) -> tuple[dict, dict]:
         """Steps of the ops child -> parent: a vertex takes one child per step, in the order its
-        children are ready; ``ready[v]`` = the first step at which v's partial sum is complete."""
+        children are ready (ties by ``rel``, see :meth:`rel`); ``ready[v]`` = the first step at which v's
+        partial sum is complete."""
         depth = t.depth()
         ready: dict = {}
         step_of: dict = {}
         for v in sorted(depth, key=lambda w: (-depth[w], w)):
-            cs = sorted(kids.get(v, []), key=lambda c: (ready[c], c))
+            cs = sorted(kids.get(v, []), key=lambda c: (ready[c], rel(c, v)))
             last = -1
             for c in cs:
                 s = max(ready[c], last + 1)
@@ -690,22 +696,51 @@ class _Builder:
 # --------------------------------------------------------------------------------------------------------
 def _choose_lanes(builder: _Builder, topology: Topology, lanes: int | None,
                   max_tbs: int | None = None) -> list[int]:
-    """Deal trees round-robin onto L lanes: ``lanes`` if given, else the largest L <= 32 whose
-    threadblock estimate fits 90% of the threadblocks a GPU may run (the smallest SM count of the
-    topology's GPUs, or ``max_tbs`` when the runtime allows fewer; 1 lane if none fits; the margin
-    covers fused pairs the lowering splits again to order a threadblock). Fewer lanes means more trees
-    share each lane's threadblocks, one after another."""
+    """Deal the trees onto L lanes: ``lanes`` if given, else the largest L <= 32 whose threadblock estimate
+    fits 90% of the threadblocks a GPU may run (the smallest SM count of the topology's GPUs, or ``max_tbs``
+    when the runtime allows fewer; 1 lane if none fits; the margin covers fused pairs the lowering splits
+    again to order a threadblock). Fewer lanes means more trees share each lane's threadblocks, one after
+    another. Where the trees are equivariant (:func:`_equivariant_lanes`), only the counts that keep them so
+    are taken, so that every GPU runs the same threadblocks."""
     groups = builder.group
     n = 1 + max(groups, default=0)
     if lanes is None:
         limit = topology.min_sms() if max_tbs is None else min(max_tbs, topology.min_sms())
         sms = (9 * limit) // 10
-        lanes = 1
+        chosen = None
         for L in range(min(MAX_LANES, max(1, n)), 0, -1):
-            if builder.threadblocks([g % L for g in groups]) <= sms:
-                lanes = L
+            lane_of = _equivariant_lanes(builder, L)
+            if lane_of is None and all(builder.shape) and not builder.coll.rooted:
+                continue
+            lane_of = lane_of or [g % L for g in groups]
+            if builder.threadblocks(lane_of) <= sms:
+                chosen = lane_of
                 break
-    return [g % lanes for g in groups]
+        return chosen or [0] * len(groups)
+    return _equivariant_lanes(builder, lanes) or [g % lanes for g in groups]
+
+
+def _equivariant_lanes(builder: _Builder, L: int) -> list[int] | None:
+    """The lane of each task such that node rotation and local shift (the symmetries the trees are grown
+    under, :func:`colls.synth.packing.pack`) map the tasks of a lane onto the tasks of one lane, or None when
+    L lanes cannot be dealt so (or there is no such symmetry: ranks not node-major, or one root).
+
+    Task j of root r (the j-th of r's trees, ordered by their shape seen from r, :meth:`_Builder.rel`) goes
+    to lane ``(local(r) + j) mod L`` when L divides the GPUs per node P, and to ``(node(r) mod m) P +
+    (local(r) + j) mod P`` when L = m P with m dividing the node count: a rotation or shift moves every
+    lane to one lane. An allreduce's allgather task shares its reduce-scatter task's lane (its group)."""
+    nodes, per = builder.shape
+    if not nodes or not per or builder.coll.rooted:
+        return None
+    if per % L == 0:
+        def lane(r, j):
+            return (r % per + j) % L
+    elif L % per == 0 and nodes % (L // per) == 0:
+        def lane(r, j):
+            return ((r // per) % (L // per)) * per + (r % per + j) % per
+    else:
+        return None
+    return [lane(*builder.place[g]) for g in builder.group]
 
 
 # --------------------------------------------------------------------------------------------------------
