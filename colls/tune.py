@@ -106,7 +106,8 @@ def _fastest_copies(chosen, topology, score: float | None = None):
     """``chosen`` (made once, not proved) at 1, 2, 4, ... copies (``--instances``: the schedule replicated on
     channels of its own, each copy a share of every chunk), simulated at :data:`SIZES`: each doubling is taken
     while it is at least :data:`COPIES_GAIN` faster, and the search stops at the first that is not, or that the
-    target cannot load (its channels, or the threadblocks it or ``--max-threadblocks`` allows). Why: a ring is
+    target cannot load (its channels, or the threadblocks it or ``--max-threadblocks`` allows), or when the
+    links alone (:func:`_link_floor`) leave no such gain to find. Why: a ring is
     one chain of threadblocks, each moving its bytes at one threadblock's copy rate (about a tenth of an
     NVSwitch A100's links), so one copy fills a tenth of the links whatever the link model says; NCCL runs its
     ring on up to 32 channels for the same reason. Returns the file and the facts that say what was tried."""
@@ -115,7 +116,9 @@ def _fastest_copies(chosen, topology, score: float | None = None):
     if score is None:                   # not run by the runtime at the sizes compared: nothing to compare
         return chosen, {}
     timed, best, copies = {1: score}, chosen, 1
-    while chosen.program.nchannels * copies * 2 <= chosen.target.max_channels:
+    floor = _link_floor(chosen, topology)       # what no number of copies goes below
+    while chosen.program.nchannels * copies * 2 <= chosen.target.max_channels \
+            and floor < timed[copies] * (1 - COPIES_GAIN):
         try:
             more = pipeline.relower(chosen, instances=copies * 2, only_simulated=True)
         except CollsError:
@@ -153,6 +156,15 @@ def _score(result, topology, beat: float | None = None) -> float | None:
             return None
         logs.append(math.log(t.time_us))
     return math.exp(sum(logs) / len(logs))
+
+
+def _link_floor(result, topology) -> float:
+    """The geometric mean over :data:`SIZES` of the launch plus the busiest link's bytes at full bandwidth
+    (:meth:`colls.simulate.baseline.Fastest.link_bound`): copies cut each threadblock's work, never the
+    links' bytes, so no number of copies is faster than this."""
+    fastest = Fastest(topology, result.facts["collective"], [({}, result.program, None)],
+                      target=result.target.name, protocols=(result.program.proto,))
+    return math.exp(sum(math.log(fastest.link_bound(size)) for size in SIZES) / len(SIZES))
 
 
 def compile_for_plans(topology, collective, method: str, **settings):

@@ -57,3 +57,20 @@ def test_a_ring_takes_the_copies_that_fill_the_links():
     slow, _ = simulate(one.program, topo, "allgather", size)
     best = bounds.runtime_optimum(topo, "allgather", "exe").time_us(size)
     assert best / slow.time_us < 0.2 and best / fast.time_us > 0.85
+
+
+def test_no_copies_go_below_the_links():
+    """The floor the copies search stops at: the launch plus the busiest link's bytes at full bandwidth, which
+    copies never change; every copy count simulates above it."""
+    from colls.simulate.baseline import Fastest
+    topo = load_topology("dgx-a100", 2)
+    coll = Collective("allgather", topo.ngpus)
+    one = tune.compile_fastest(topo, coll, "ring", instances=1)
+    floor = tune._link_floor(one, topo)
+    for copies in (1, 2, 8):
+        program = pipeline.relower(one, instances=copies, only_simulated=True).program
+        fastest = Fastest(topo, "allgather", [({}, program, None)], protocols=("Simple",))
+        for size in tune.SIZES:
+            t, _ = simulate(program, topo, "allgather", size)
+            assert fastest.link_bound(size) <= t.time_us
+    assert floor <= tune._score(one, topo)

@@ -124,6 +124,17 @@ class Fastest:
         return timing
 
 
+    def link_bound(self, size: int, index: int = 0) -> float:
+        """The launch plus entry ``index``'s busiest link's wire bytes at that link's full bandwidth, at the
+        fastest of ``protocols`` (microseconds): the part of :func:`lower_bound` that copies of the program
+        on more threadblocks leave as it is (they carry the same bytes over the same links)."""
+        _, program, _, (link_us, _) = self.entries[index]
+        chunk = size / (program.nchunksperloop or 1)
+        return min(model.launch_us + link_us * chunk / model.data_fraction
+                   for model in (model_for(p, self.topology.gpu_model(), launch=self.launch)
+                                 for p in self.protocols))
+
+
 def out_of_reach(size: int, lower_us: float) -> Timing:
     """A call size at which a program provably takes at least ``lower_us`` microseconds, more than it had to
     beat: not simulated further (``served`` is false, ``extra["lower_bound_us"]`` holds the bound)."""
