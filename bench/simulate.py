@@ -24,6 +24,7 @@ sys.path.insert(0, str(HERE.parent))
 
 RESULTS = HERE / "RESULTS.md"
 MILP_BEGIN, MILP_END = "<!-- bench/milp.py -->", "<!-- /bench/milp.py -->"
+SPEEDUP_BEGIN, SPEEDUP_END = "<!-- bench/speedup.py -->", "<!-- /bench/speedup.py -->"
 CACHE = HERE / "simulated.json"
 PLOTS = HERE / "plots"
 PROFILES = ("dgx-a100", "dgx-h100", "dgx2", "ndv2", "mi250")
@@ -50,6 +51,8 @@ def run_one(profile: str, nodes: int, method: str, kind: str) -> dict:
         b = bounds.bound(topo, kind)
     except CollsError:
         b = None
+    if method == "optimum":
+        return _optimum(topo, kind, target, b, sizes, t0)
     try:
         if method == "nccl":
             from colls.simulate.baseline import RuntimeDefault
@@ -63,6 +66,32 @@ def run_one(profile: str, nodes: int, method: str, kind: str) -> dict:
     return {"outcome": "ok", "gpus": topo.ngpus, "seconds": round(time.perf_counter() - t0, 1),
             "bound_algbw_gbps": float(b.algbw) if b is not None else None,
             "sizes": {size_text(t.size_bytes): t.to_dict() for t in timings}}
+
+
+def _optimum(topo, kind: str, target: str, b, sizes, t0) -> dict:
+    """The two optima per size as busbw: the link optimum (``colls bound``: the links alone, with the latency
+    floor) and the runtime optimum (``colls bound``'s second figure: what no file can beat on the runtime,
+    :func:`colls.bound.runtime_optimum`)."""
+    from colls import bound as bounds
+    from colls.collectives import busbw_factor
+    from colls.errors import CollsError
+    from colls.simulate import size_text
+    if b is None:
+        return {"outcome": "refused", "message": f"no bound for {kind}", "seconds": 0.0}
+    try:
+        runtime = bounds.runtime_optimum(topo, kind, target)
+    except CollsError as e:
+        return {"outcome": "refused", "message": str(e), "seconds": 0.0}
+    factor = busbw_factor(kind, topo.ngpus)
+
+    def busbw(size, us):
+        return size / us / 1000.0 * factor
+    out = {}
+    for size in sizes:
+        link_us, runtime_us = b.min_time_us(size), runtime.time_us(size)
+        out[size_text(size)] = {"link_busbw_gbps": busbw(size, link_us), "runtime_busbw_gbps": busbw(size, runtime_us),
+                                "binds": runtime.best(size)[1]["binds"]}
+    return {"outcome": "ok", "gpus": topo.ngpus, "seconds": round(time.perf_counter() - t0, 1), "optimum": out}
 
 
 def run_case(key: str, timeout: float) -> dict:
@@ -92,6 +121,14 @@ def cell(res: dict, size: str) -> str:
     return f"{t['busbw_gbps']:.3g}"
 
 
+def _optimum_cell(res: dict, size: str, field: str) -> str:
+    if not res:
+        return "not run yet"
+    if res.get("outcome") != "ok":
+        return "none"
+    return f"{res['optimum'][size][field]:.3g}"
+
+
 def write_markdown(data: dict, keys: list[str], args) -> None:
     from bench.run import machine
     m = data.get("machine") or machine()
@@ -104,7 +141,11 @@ def write_markdown(data: dict, keys: list[str], args) -> None:
              "count is not a multiple of nchunksperloop); `refused`: the method wrote no file (its message "
              "is in `bench/simulated.json`). `nccl` is what the runtime runs by itself (`colls simulate --baseline "
              "nccl`: the fastest of its ring, tree, NVLS and grouped sends at each size, each at its best protocol "
-             "and channel count), on the same model. `% opt` is the 4GB call's share of the optimum "
+             "and channel count), on the same model. Above them, in italics, the two optima as busbw at each "
+             "size (`colls bound`): the *link optimum* (the links alone, at full bandwidth, with the latency "
+             "floor) and the *runtime optimum* (what no file can beat on the runtime: the launch, a message's "
+             "fixed cost, the links as the runtime reaches them and the threadblocks' copy rate; the runtime's own "
+             "NVLS, which reduces in the switch, can pass it). `% opt` is the 4GB call's share of the link optimum "
              "(`colls bound`). Plots (algbw against size, one line per method, the optimum dashed) are in "
              "`bench/plots/`.", ""]
     groups = {}
@@ -116,6 +157,10 @@ def write_markdown(data: dict, keys: list[str], args) -> None:
                   "| collective | method | " + " | ".join(SHOWN) + " | % opt | simulated in (s) |",
                   "|---|---|" + "---|" * (len(SHOWN) + 2)]
         for kind, methods in kinds.items():
+            optimum = data["cases"].get(f"{profile}/{nodes}/optimum/{kind}", {})
+            for label, field in (("link optimum", "link_busbw_gbps"), ("runtime optimum", "runtime_busbw_gbps")):
+                lines.append(f"| {kind} | *{label}* | " + " | ".join(_optimum_cell(optimum, s, field) for s in SHOWN)
+                             + " | | |")
             for method, res in methods.items():
                 big = (res.get("sizes") or {}).get("4GB") or {}
                 pct = f"{big['bound_pct']:.0f}" if big.get("bound_pct") else ""
@@ -125,11 +170,12 @@ def write_markdown(data: dict, keys: list[str], args) -> None:
             if plot.exists():
                 lines.append(f"|  | [plot](plots/{plot.name}) |" + " |" * (len(SHOWN) + 2))
         lines.append("")
-    kept = ""                                  # bench/milp.py's section is its own: keep it
+    kept = ""                                  # bench/milp.py's and bench/speedup.py's sections are theirs
     if RESULTS.exists():
         text = RESULTS.read_text()
-        if MILP_BEGIN in text and MILP_END in text:
-            kept = text[text.index(MILP_BEGIN):text.index(MILP_END) + len(MILP_END)] + "\n"
+        for begin, end in ((MILP_BEGIN, MILP_END), (SPEEDUP_BEGIN, SPEEDUP_END)):
+            if begin in text and end in text:
+                kept += text[text.index(begin):text.index(end) + len(end)] + "\n"
     RESULTS.write_text("\n".join(lines) + "\n" + ("\n" + kept if kept else ""))
 
 
@@ -173,7 +219,7 @@ def main() -> None:
     data = {"cases": {}} if args.fresh or not CACHE.exists() else json.loads(CACHE.read_text())
     data["machine"] = machine()
     keys = [f"{p}/{n}/{m}/{k}" for p in args.profiles.split(",") for n in args.nodes.split(",")
-            for k in args.kinds.split(",") for m in args.methods.split(",")]
+            for k in args.kinds.split(",") for m in ["optimum"] + args.methods.split(",")]
     for key in keys:
         if key not in data["cases"]:
             data["cases"][key] = run_case(key, args.timeout)
