@@ -80,18 +80,20 @@ def test_a_size_that_does_not_divide_names_the_count_and_nchunksperloop(folder, 
     assert by_name(explain([folder], size=1000, dtype="half"))["20-trees.xml"].reason.startswith("500 elements")
 
 
-def test_ranks_collective_and_channels(folder):
+def test_ranks_collective_and_channels(folder, synth_files):
     r = explain([folder], size=GB, ranks=8)
     assert {f.reason for f in r.files} == {"ngpus=16, the communicator has 8 ranks"}
     r = explain([folder], size=GB, collective="allgather")
     assert {f.reason for f in r.files} == {'coll="allreduce", the call is an allgather'}
-    r = explain([folder], size=GB, channels=8)
+    used = synth_files["trees"].program.nchannels          # more than the ring's, at most the runtime's 32
+    assert synth_files["ring"].program.nchannels < used <= 32
+    r = explain([folder], size=GB, channels=used - 1)
     trees = by_name(r)["20-trees.xml"]
     assert r.verdict == "none" and trees.match_check == "channels"
-    assert "uses 16 channels, more than the communicator's 8 (--channels)" in trees.reason
-    assert explain([folder], size=GB, channels=16).verdict == "runs"
+    assert f"uses {used} channels, more than the communicator's {used - 1} (--channels)" in trees.reason
+    assert explain([folder], size=GB, channels=used).verdict == "runs"
     default = by_name(explain([folder], size=GB, target="rccl", channels=None))["20-trees.xml"]
-    assert default.status == ex.RUNS and "16 of 32 channels" in default.reason
+    assert default.status == ex.RUNS and f"{used} of 32 channels" in default.reason
 
 
 def test_in_place_and_out_of_place(tmp_path):
