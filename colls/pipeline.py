@@ -82,7 +82,7 @@ class Compiled:
         compared = milp_words(f)
         if compared:
             line += f"; {compared}"
-        for note in ("chunks_note", "count_note", "copies_note"):
+        for note in ("chunks_note", "count_note", "copies_note", "short_note"):
             if f.get(note):
                 line += f"; {f[note]}"
         if f.get("root") is not None:

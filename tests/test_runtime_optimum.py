@@ -106,3 +106,17 @@ def test_synth_summary_gives_the_share_of_the_runtime_optimum(tmp_path):
                 "-o", str(tmp_path / "ag2.xml"))
     shares = line.split("GB/s: ")[1].split(" of the runtime optimum")[0].split(", ")
     assert float(shares[-1].rstrip("%")) > 85 and "copies of the schedule on channels of their own" in line
+
+
+def test_a_summary_says_why_a_file_falls_short_at_1gb(tmp_path):
+    """Below 85 % of the runtime optimum at 1 GB the summary says what holds the file back: its own use of the
+    links when its link model is that far from the link optimum, else the runtime's costs; above, nothing."""
+    one = _run("synth", "--hardware", "dgx-a100", "--collective", "allgather", "--method", "ring",
+               "--instances", "1", "-o", str(tmp_path / "one.xml"))
+    assert "% of the runtime optimum at 1GB: not the links" in one and "the runtime's costs" in one
+    bcast = _run("synth", "--hardware", "dgx-a100", "--collective", "broadcast", "--root", "0", "--method",
+                 "direct", "-o", str(tmp_path / "b.xml"))
+    assert "% of the runtime optimum at 1GB: the schedule's own use of the links" in bcast
+    full = _run("synth", "--hardware", "dgx-a100", "--collective", "allgather", "--method", "ring",
+                "-o", str(tmp_path / "full.xml"))
+    assert "of the runtime optimum at 1GB:" not in full

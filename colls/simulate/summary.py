@@ -33,9 +33,37 @@ def add_to(compiled, curve: bool = False) -> None:
         f["runtime_optimum_pct"] = {size_text(s): 100.0 * best.time_us(s) / timings[s].time_us
                                     for s in SUMMARY_SIZES if timings[s].served and timings[s].time_us > 0}
     f["simulated_not_run"] = {size_text(s): timings[s].reason for s in SUMMARY_SIZES if not timings[s].served}
+    why = _why_short(f, timings[SUMMARY_SIZES[-1]])
+    if why:
+        f["short_note"] = why
     f["simulated_calls"] = "in-place" if inplace else "out-of-place"
     if curve:
         f["simulated"] = [timings[s].to_dict() for s in sorted(timings)]
+
+
+SHORT_OF = 85.0        # % of the runtime optimum at the largest summary size below which the summary says why
+
+
+def _why_short(f: dict, largest) -> str | None:
+    """Why the file is below :data:`SHORT_OF` % of the runtime optimum at the largest summary size, or None:
+    the schedule's own use of the links when its link model is that far from the link optimum (every byte it
+    moves is on the links the model counts), else the runtime's costs the link model leaves out, with how busy
+    the busiest link was over the call."""
+    pct = (f.get("runtime_optimum_pct") or {}).get(size_text(largest.size_bytes))
+    if pct is None or pct >= SHORT_OF or not largest.served:
+        return None
+    head = f"{pct:.0f}% of the runtime optimum at {size_text(largest.size_bytes)}"
+    model, link = f.get("model_algbw_gbps"), f.get("bound_algbw_gbps")
+    share = 100.0 * model / link if model and link else None
+    if share is not None and share < SHORT_OF:
+        return (f"{head}: the schedule's own use of the links, which the link model puts at {share:.0f}% of the link "
+                f"optimum (its busiest link, {f.get('busiest_link')}, carries more than the optimum needs)")
+    util = f" ({largest.busiest_link} is busy {100 * largest.busiest_util:.0f}% of the call)" \
+        if largest.busiest_util is not None and largest.busiest_link else ""
+    return (f"{head}: not the links{util}"
+            + (f", which the link model uses at {share:.0f}% of the link optimum" if share is not None else "")
+            + "; the runtime's costs: threadblocks moving one message at a time at their copy rate, waits between "
+            "them and the pipeline's fill")
 
 
 def add_milp_comparison(compiled) -> None:
