@@ -280,8 +280,7 @@ def _copies(first, m: Method) -> None:
     m.refused = None
     m.variants.append(first)
     for copies in COPIES[1:]:
-        last = m.variants[-1]
-        if last.program.nchannels * copies // last.facts["instances"] > last.target.max_channels:
+        if not tune.own_channels(m.variants[-1], copies):
             break               # the copies would share channels: rarely faster, and slow to lay out
         try:
             m.variants.append(pipeline.relower(first, instances=copies, only_simulated=True))

@@ -275,12 +275,11 @@ def _instructions(ops, keys, chan_of, no_fuse, forwards: dict, shape: tuple = (0
                 b = fused_with.get(id(a))
                 if b is None or _forward_key(op, keys, shape) < _forward_key(b, keys, shape):
                     fused_with[id(a)] = op
-    fusing = {id(b) for b in fused_with.values()}
+    sent_by_fusion = {id(b) for b in fused_with.values()}
     for op in ops:
-        if not op.local and op.src_buf == TRANSIENT and id(op) not in fusing:
+        if not op.local and op.src_buf == TRANSIENT and id(op) not in sent_by_fusion:
             raise CollsError(f"{op.describe()}: cannot forward an in-flight value on another channel "
                              f"or in a separate instruction")
-    sent_by_fusion = {id(b) for b in fused_with.values()}
     instrs = []
     for op in ops:
         t = keys[id(op)]

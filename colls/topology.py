@@ -109,7 +109,6 @@ class Topology:
             self._index["node_major"] = (self.nodes, self.gpus_per_node) if major else (0, 0)
         return self._index["node_major"]
 
-
     def gpu_model(self) -> str | None:
         """The GPU model name of rank 0 (profiles describe one model per machine)."""
         return self.graph.nodes[self.gpus[0]].get("model") if self.gpus else None

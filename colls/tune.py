@@ -46,11 +46,12 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
         return pipeline.compile_schedule(topology, collective, method, options=options, **settings)
     unproved = dict(settings, in_memory=True, prove=False)      # simulated only; the one chosen is proved after
     if count:
-        chosen, facts = _fastest_count(topology, collective, method, options, unproved)
+        chosen, facts, score, timer = _fastest_count(topology, collective, method, options, unproved)
     else:
-        chosen, facts = pipeline.compile_schedule(topology, collective, method, options=options, **unproved), {}
+        chosen = pipeline.compile_schedule(topology, collective, method, options=options, **unproved)
+        facts, score, timer = {}, None, None
     if instances is None:
-        chosen, more = _fastest_copies(chosen, topology, facts.pop("_score", None))
+        chosen, more = _fastest_copies(chosen, topology, score, timer)
         facts.update(more)
     result = pipeline.proved(chosen, progress=settings.get("progress"), in_memory=settings.get("in_memory", False),
                              prove=settings.get("prove", True))
@@ -60,7 +61,8 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
 
 def _fastest_count(topology, collective, method, options: dict, unproved: dict):
     """The trees file at the link model's count and at every smaller power of two, the fastest simulated (not
-    proved), with the facts that say how it was chosen (``_score``: its score, for :func:`_fastest_copies`)."""
+    proved), with the facts that say how it was chosen, its score and its timer (:func:`_timer`; None when no
+    count was timed), for :func:`_fastest_copies`."""
     first = pipeline.compile_schedule(topology, collective, method, options=options, **unproved)
     k = first.schedule.info.get("k") or 1
     counts = [1 << i for i in range(k.bit_length()) if 1 << i < k]
@@ -71,21 +73,22 @@ def _fastest_count(topology, collective, method, options: dict, unproved: dict):
                 topology, collective, method, options=dict(options, trees_per_gpu=count), **unproved)
         except CollsError:
             continue            # more than the target loads, or no packing: not a candidate
-    timed, best_score = {}, None
+    timed, timers, best_score = {}, {}, None
     for c in sorted(made):          # the fewest trees first: most often the fastest, so the others are cut short
-        score = _score(made[c], topology, best_score)
+        timers[c] = _timer(made[c], topology)
+        score = _score(timers[c], best_score)
         if score is not None:
             timed[c] = score
             best_score = score if best_score is None else min(best_score, score)
     best = min(timed, key=lambda c: (timed[c], c != k, c)) if timed else k
-    facts: dict = {"_score": timed.get(best)}
+    facts: dict = {}
     for key in ("trees_per_gpu_tried", "limited_by", "chunks_note"):    # why the link model took k
         if key in first.facts and best == k:
             facts[key] = first.facts[key]
     if best == k and "trees_per_gpu_tried" not in first.facts:
         facts["trees_per_gpu_tried"] = [k]
     if len(made) < 2 or not timed:
-        return made[best], facts
+        return made[best], facts, timed.get(best), timers.get(best)
     facts["trees_tuned"] = {"sizes": [size_text(s) for s in SIZES], "link_model_k": k,
                             "geomean_us": {str(c): round(t, 3) for c, t in sorted(timed.items())}}
     if best != k:
@@ -94,7 +97,7 @@ def _fastest_count(topology, collective, method, options: dict, unproved: dict):
                                f"{' and '.join(size_text(s) for s in SIZES)} ({k}, the link model's "
                                "best, is slower on the runtime)")
         facts["trees_per_gpu_tried"] = [k, best]
-    return made[best], facts
+    return made[best], facts, timed.get(best), timers.get(best)
 
 
 # A doubling of the copies must make the file this much faster to be taken: every copy holds threadblocks (SMs)
@@ -102,7 +105,7 @@ def _fastest_count(topology, collective, method, options: dict, unproved: dict):
 COPIES_GAIN = 0.01
 
 
-def _fastest_copies(chosen, topology, score: float | None = None):
+def _fastest_copies(chosen, topology, score: float | None = None, timer=None):
     """``chosen`` (made once, not proved) at 1, 2, 4, ... copies (``--instances``: the schedule replicated on
     channels of its own, each copy a share of every chunk), simulated at :data:`SIZES`: each doubling is taken
     while it is at least :data:`COPIES_GAIN` faster, and the search stops at the first that is not, or that the
@@ -110,20 +113,21 @@ def _fastest_copies(chosen, topology, score: float | None = None):
     links alone (:func:`_link_floor`) leave no such gain to find. Why: a ring is
     one chain of threadblocks, each moving its bytes at one threadblock's copy rate (about a tenth of an
     NVSwitch A100's links), so one copy fills a tenth of the links whatever the link model says; NCCL runs its
-    ring on up to 32 channels for the same reason. Returns the file and the facts that say what was tried."""
+    ring on up to 32 channels for the same reason. ``score`` and ``timer``: ``chosen``'s, when already made.
+    Returns the file and the facts that say what was tried."""
+    timer = timer or _timer(chosen, topology)
     if score is None:
-        score = _score(chosen, topology)
+        score = _score(timer)
     if score is None:                   # not run by the runtime at the sizes compared: nothing to compare
         return chosen, {}
     timed, best, copies = {1: score}, chosen, 1
-    floor = _link_floor(chosen, topology)       # what no number of copies goes below
-    while chosen.program.nchannels * copies * 2 <= chosen.target.max_channels \
-            and floor < timed[copies] * (1 - COPIES_GAIN):
+    floor = _link_floor(timer)          # what no number of copies goes below
+    while own_channels(chosen, copies * 2) and floor < timed[copies] * (1 - COPIES_GAIN):
         try:
             more = pipeline.relower(chosen, instances=copies * 2, only_simulated=True)
         except CollsError:
             break                       # more threadblocks or steps than the target loads
-        t = _score(more, topology, timed[copies] * (1 - COPIES_GAIN))
+        t = _score(_timer(more, topology), timed[copies] * (1 - COPIES_GAIN))
         if t is None:
             break
         timed[copies * 2] = t
@@ -139,32 +143,42 @@ def _fastest_copies(chosen, topology, score: float | None = None):
     return best, facts
 
 
-def _score(result, topology, beat: float | None = None) -> float | None:
-    """The geometric mean of the simulated times at :data:`SIZES` (microseconds); None when the runtime would
-    not run the file at one of them, or when it cannot be below ``beat``: the last size is simulated only if
-    its proven lower bound (:class:`colls.simulate.baseline.Fastest`) leaves the mean a chance to be."""
-    kind = result.facts["collective"]
-    fastest = Fastest(topology, kind, [({}, result.program, None)], target=result.target.name,
-                      protocols=(result.program.proto,))
+def own_channels(compiled, copies: int) -> bool:
+    """Whether ``copies`` copies of ``compiled``'s schedule (as made, ``facts["instances"]`` of them) each get
+    channels of their own within the target's: copies that would share channels are rarely faster and slow to
+    lay out (:func:`_fastest_copies`, and colls compile's copies)."""
+    return compiled.program.nchannels * copies // compiled.facts["instances"] <= compiled.target.max_channels
+
+
+def _timer(result, topology) -> Fastest:
+    """The simulator for ``result``'s program at its own protocol (laid out once: :func:`_score` and
+    :func:`_link_floor` both read it)."""
+    return Fastest(topology, result.facts["collective"], [({}, result.program, None)], target=result.target.name,
+                   protocols=(result.program.proto,))
+
+
+def _score(timer: Fastest, beat: float | None = None) -> float | None:
+    """The geometric mean of the simulated times at :data:`SIZES` (microseconds) of ``timer``'s program
+    (:func:`_timer`); None when the runtime would not run the file at one of them, or when it cannot be below
+    ``beat``: the last size is simulated only if its proven lower bound (:class:`colls.simulate.baseline.Fastest`)
+    leaves the mean a chance to be."""
     logs = []
     for i, size in enumerate(SIZES):
         limit = None
         if beat is not None and i == len(SIZES) - 1:    # the time this size must stay under for the mean to win
             limit = math.exp(len(SIZES) * math.log(beat) - sum(logs))
-        t = fastest.time(size, beat=limit)
+        t = timer.time(size, beat=limit)
         if t is None or not t.served:
             return None
         logs.append(math.log(t.time_us))
     return math.exp(sum(logs) / len(logs))
 
 
-def _link_floor(result, topology) -> float:
+def _link_floor(timer: Fastest) -> float:
     """The geometric mean over :data:`SIZES` of the launch plus the busiest link's bytes at full bandwidth
     (:meth:`colls.simulate.baseline.Fastest.link_bound`): copies cut each threadblock's work, never the
     links' bytes, so no number of copies is faster than this."""
-    fastest = Fastest(topology, result.facts["collective"], [({}, result.program, None)],
-                      target=result.target.name, protocols=(result.program.proto,))
-    return math.exp(sum(math.log(fastest.link_bound(size)) for size in SIZES) / len(SIZES))
+    return math.exp(sum(math.log(timer.link_bound(size)) for size in SIZES) / len(SIZES))
 
 
 def compile_for_plans(topology, collective, method: str, **settings):

@@ -66,11 +66,12 @@ def test_no_copies_go_below_the_links():
     topo = load_topology("dgx-a100", 2)
     coll = Collective("allgather", topo.ngpus)
     one = tune.compile_fastest(topo, coll, "ring", instances=1)
-    floor = tune._link_floor(one, topo)
+    timer = tune._timer(one, topo)
+    floor = tune._link_floor(timer)
     for copies in (1, 2, 8):
         program = pipeline.relower(one, instances=copies, only_simulated=True).program
         fastest = Fastest(topo, "allgather", [({}, program, None)], protocols=("Simple",))
         for size in tune.SIZES:
             t, _ = simulate(program, topo, "allgather", size)
             assert fastest.link_bound(size) <= t.time_us
-    assert floor <= tune._score(one, topo)
+    assert floor <= tune._score(timer)

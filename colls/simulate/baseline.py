@@ -123,7 +123,6 @@ class Fastest:
         timing, timing.extra = best
         return timing
 
-
     def link_bound(self, size: int, index: int = 0) -> float:
         """The launch plus entry ``index``'s busiest link's wire bytes at that link's full bandwidth, at the
         fastest of ``protocols`` (microseconds): the part of :func:`lower_bound` that copies of the program

@@ -751,7 +751,8 @@ def _equivariant_lanes(builder: _Builder, L: int) -> list[int] | None:
     Task j of root r (the j-th of r's trees, ordered by their shape seen from r, :meth:`_Builder.rel`) goes
     to lane ``(local(r) + j) mod L`` when L divides the GPUs per node P, and to ``(node(r) mod m) P +
     (local(r) + j) mod P`` when L = m P with m dividing the node count: a rotation or shift moves every
-    lane to one lane. An allreduce's allgather task shares its reduce-scatter task's lane (its group)."""
+    lane to one lane. A task is dealt by its group: unsplit, an allreduce's allgather task shares its
+    reduce-scatter task's lane; split, :func:`_deal` puts it on the same lane of the second L."""
     nodes, per = builder.shape
     if not nodes or not per or builder.coll.rooted:
         return None
