@@ -83,6 +83,14 @@ class Topology:
             self._index["gpus"] = sorted(v for v, k in self.graph.nodes(data="kind") if k == GPU)
         return self._index["gpus"]
 
+    def derived(self, key: tuple, make):
+        """``make()``, computed once per ``key`` for this machine (its graph does not change): for what several
+        callers derive from the machine alike, such as the runtime's rings for each collective."""
+        memo = self._index.setdefault("derived", {})
+        if key not in memo:
+            memo[key] = make()
+        return memo[key]
+
     def kind(self, v: Vertex) -> str:
         return self.graph.nodes[v]["kind"]
 

@@ -202,7 +202,8 @@ def ring_orders(topology: Topology, kind: str, counts, searched: int | None = No
     from colls.synth.ring import _Planner
     counts = sorted(set(counts))
     distinct = {k: k if searched is None else min(k, searched) for k in counts}
-    sets = _Planner(topology).ring_sets(sorted(set(distinct.values())))
+    wanted = tuple(sorted(set(distinct.values())))
+    sets = topology.derived(("nccl ring sets", wanted), lambda: _Planner(topology).ring_sets(list(wanted)))
     switched = {r: group for group in _nodes(topology) if _all_switched(topology, group) for r in group}
     out = {}
     for k in counts:
@@ -411,7 +412,12 @@ def _head_order(topology: Topology, nodes: list[list[int]]) -> list[int]:
 
 def _chain(topology: Topology, gpus: list[int], head: int) -> tuple:
     """The chain through ``gpus`` from ``head``: the widest Hamiltonian path over routed pairs
-    (bottleneck first, then total bandwidth), the best cycle's order where the node has one."""
+    (bottleneck first, then total bandwidth), the best cycle's order where the node has one. Computed once
+    per machine, node and head (every channel count asks again)."""
+    return topology.derived(("nccl tree chain", tuple(gpus), head), lambda: _search_chain(topology, gpus, head))
+
+
+def _search_chain(topology: Topology, gpus: list[int], head: int) -> tuple:
     if len(gpus) == 1:
         return (head,)
     weight = {(a, b): topology.route_bandwidth(r) for a in gpus for b in gpus
