@@ -284,6 +284,23 @@ def test_two_rails_and_three_nodes_cross_rails_once_per_ring():
         assert len(bad) == 1 and "spine" in topo.route(bad[0]["from"], bad[0]["to"])
 
 
+def test_one_switch_for_every_nic_gives_every_node_the_same_path():
+    # MI250 as ForestColl models it: one NIC per GCD, all on one switch. A hop between nodes costs the same on
+    # any rails, so ring j enters every node on rail j and leaves on rail j + 1: node 1 runs node 0's path
+    # (before, rails matched and node 1 ran it backwards), and the runtime's ring has a node symmetry
+    from colls.inputs.hardware import load_topology
+    from colls.simulate import defaults
+    topo = load_topology("mi250", 2)
+    info = synth(topo, "allgather").info
+    for order in info["ring_orders"]:
+        first, second = order[:16], order[16:]
+        assert [r - 16 for r in second] == list(first)
+    rings = defaults.ring_orders(topo, "allreduce", [16], 16)[16]
+    assert all([r - 16 for r in ring[16:]] == list(ring[:16]) for ring in rings)
+    program, machine = defaults.ring_machine(topo, "allreduce", rings, target="rccl")
+    assert len(machine.quotient().tbs) * 2 == len(machine.tbs)
+
+
 def test_shared_nic_node_inner_path_follows_the_mesh():
     topo = fixture("ndv2x2")
     s = synth(topo, "allgather")

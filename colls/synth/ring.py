@@ -26,7 +26,10 @@ stays on one rail and, over the rings, each node's NICs send once and receive on
 serves two or more GPUs of a node (DGX-2: NIC j serves GPUs 2j, 2j+1; NDv2: one NIC for all 8) the ring
 enters and leaves on the same rail (``s = 0``); when each rail has one GPU (DGX A100, H100) ``s``
 alternates 0, 1, 0, 1, ... (ending 2 for an odd node count; with only two rails and an odd node count the
-wrap-around hop crosses rails through the spine). Inside a node the ring follows the best Hamiltonian
+wrap-around hop crosses rails through the spine). Where every NIC hangs off one switch (``layout:
+single``, MI250 as ForestColl models it), a hop between nodes costs the same on any rails, so ``s = 0``
+for entering and 1 for leaving on every node: every node runs the same path, as the runtime's own rings
+do. Inside a node the ring follows the best Hamiltonian
 path between its entry and exit GPU; where many GPUs share a rail, the entry/exit pair is chosen by
 cutting the node's best cycle at a hop between allowed GPUs, preferring GPUs used least so far.
 
@@ -473,6 +476,15 @@ class _Planner:
                    for g in groups for r in self.rails)
         if same:
             entry = [0] * nn
+        elif self._rails_free():
+            # one switch for every NIC (layout single): every node enters on rail j and leaves on rail j + 1,
+            # so every node runs the same path (as the runtime's own rings do: one search, every node alike)
+            entry = [0] * nn
+            self.entry_offset, self.exit_offset = entry, [1] * nn
+            self.uses: dict = defaultdict(int)
+            self.shapes: dict = {}
+            self.paths: dict = {}
+            return
         else:
             entry = [n % 2 for n in range(nn)]
             if nn % 2 and nn > 1 and k >= 3:
@@ -485,6 +497,26 @@ class _Planner:
         self.uses: dict = defaultdict(int)  # GPU -> times it was a ring's entry or exit
         self.shapes: dict = {}              # node's GPUs -> (what a node path depends on, its links)
         self.paths: dict = {}               # what a node path depends on -> the path, in local numbers
+
+    def _rails_free(self) -> bool:
+        """Whether a hop between nodes costs the same whichever rails it leaves and enters by: every GPU of a
+        node reaches every GPU of the next node over a route as wide and as fast as the one to its own rail's
+        GPU (one switch for every NIC, ``network: {layout: single}``)."""
+        t, groups = self.topology, self.groups
+        if len(self.rails) < 2:
+            return False
+        for n, g in enumerate(groups):
+            nxt = groups[(n + 1) % len(groups)]
+            for i, a in enumerate(g):
+                own = t.route(a, nxt[min(i, len(nxt) - 1)])
+                if own is None:
+                    return False
+                cost = (t.route_bandwidth(own), t.route_latency(own))
+                for b in nxt:
+                    r = t.route(a, b)
+                    if r is None or (t.route_bandwidth(r), t.route_latency(r)) != cost:
+                        return False
+        return True
 
     def _next_multi(self, j: int) -> Ring:
         t, k = self.topology, len(self.rails)
