@@ -131,7 +131,7 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
     margins = [margin if margin is not None else calibration.margin(s)[0] for s in sizes]
     milp = dict({"time_limit": MILP_TIME_LIMIT}, **(milp_options or {}),
                 **({"sketch": sketch} if sketch is not None else {}))
-    plans, collectives, defaults = [], [], []
+    plans, collectives = [], []
     for kind in kinds:
         rooted = kind in ("broadcast", "reduce")
         coll = Collective(kind, topology.ngpus, root=(root or 0) if rooted else 0)
@@ -141,40 +141,31 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
             bound = None
         p = Plan(kind, coll.root if rooted else None, sizes, [Method(name) for name in methods], [None] * len(sizes),
                  bound, [], [], margins, topology.ngpus)
-        try:
-            default = RuntimeDefault(topology, kind, root=coll.root, target=target)
-            p.notes += default.notes
-        except CollsError as e:
-            default = None
-            p.notes.append(f"no algorithm of the runtime could be modelled ({e}): every size goes to the fastest "
-                           "file")
         plans.append(p)
         collectives.append(coll)
-        defaults.append(default)
-    # 1. every method's schedules, and the runtime's own algorithms at every size (independent of each other)
+    # 1. every method's schedules, and the runtime's own algorithms at every size (independent of each other);
+    # the runtime's are laid out and timed in the workers too, one task per collective (laying them out is
+    # seconds on a large machine, which the parent would spend while the workers wait)
     budget = {} if max_threadblocks is None else {"max_threadblocks": max_threadblocks}
     # the longest-looking first, so no long task starts last while the other processes wait (see _slow_first)
-    synth = sorted(((pi, name) for pi in range(len(plans)) for name in methods),
-                   key=lambda x: _slow_first(x[1], plans[x[0]].kind))
+    synth = sorted([(pi, name) for pi in range(len(plans)) for name in methods] +
+                   [(pi, RUNTIME) for pi in range(len(plans))], key=lambda x: _slow_first(x[1], plans[x[0]].kind))
     tasks = [(f"{plans[pi].kind}: synthesizing with {name}",
               partial(_variants, topology, collectives[pi], name, target,
-                      dict(milp if name == "milp" else {}, **budget), sizes))
+                      dict(milp if name == "milp" else {}, **budget), sizes)) if name != RUNTIME else
+             (f"{plans[pi].kind}: timing the runtime's own algorithms",
+              partial(_runtime_times, topology, plans[pi].kind, collectives[pi].root, target, sizes, plans[pi].bound))
              for pi, name in synth]
-    cells = [(pi, k, i) for i in reversed(range(len(sizes))) for pi, d in enumerate(defaults)   # large sizes first
-             for k in range(len(d.timers) if d else 0)]
-    tasks += [(None, partial(defaults[pi].timers[k].time, sizes[i], plans[pi].bound)) for pi, k, i in cells]
     progress(f"synthesizing with {', '.join(methods)} for {', '.join(kinds)}, and timing the runtime's own "
              f"algorithms at {len(sizes)} sizes from {size_text(sizes[0])} to {size_text(sizes[-1])} "
              f"({_processes(jobs)})")
-    done = iter(_in_processes(tasks, jobs, progress))
-    for pi, name in synth:
-        plans[pi].methods[methods.index(name)] = next(done)
-    table: dict = {}
-    for cell in cells:
-        table[cell] = next(done)
-    for pi, (p, d) in enumerate(zip(plans, defaults)):
-        if d is not None:
-            p.nccl = [d.pick([table[(pi, k, i)] for k in range(len(d.timers))]) for i in range(len(sizes))]
+    for (pi, name), done in zip(synth, _in_processes(tasks, jobs, progress)):
+        p = plans[pi]
+        if name != RUNTIME:
+            p.methods[methods.index(name)] = done
+            continue
+        p.nccl, notes = done
+        p.notes = notes + p.notes
     # 2. each method's files at each size, only as far as they could beat the runtime's time less the margin
     cells = []
     for p in plans:
@@ -197,11 +188,29 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
     return plans
 
 
+RUNTIME = "runtime"     # in plan's first stage: the task that times the runtime's own algorithms
+
+
 # How long a method's synthesis tends to take, longest first: the searches (milp's solver runs to its time
-# limit on the larger collectives, trees packs and re-lowers at several counts) before the constructions; and
+# limit on the larger collectives; the runtime's own algorithms, laid out and simulated at every size; trees
+# packs and re-lowers at several counts) before the constructions; and
 # within a method the collective with most to place (allreduce's two halves, alltoall's N x N chunks).
-_SLOW_METHODS = ("milp", "trees", "ring", "direct")
+_SLOW_METHODS = ("milp", RUNTIME, "trees", "ring", "direct")
 _SLOW_KINDS = ("allreduce", "alltoall", "reducescatter", "allgather")
+
+
+def _runtime_times(topology, kind: str, root: int, target: str, sizes: list, bound) -> tuple[list, list]:
+    """What the runtime of ``target`` runs by itself for ``kind`` (:class:`colls.simulate.baseline.RuntimeDefault`)
+    at each of ``sizes``, the largest first (its bounds prune the most there); and the notes that say what
+    was left out. No algorithm modelled: None at every size, and a note that says so."""
+    try:
+        default = RuntimeDefault(topology, kind, root=root, target=target)
+    except CollsError as e:
+        return [None] * len(sizes), [f"no algorithm of the runtime could be modelled ({e}): every size goes to "
+                                     "the fastest file"]
+    times = {i: default.pick([timer.time(sizes[i], bound) for timer in default.timers])
+             for i in reversed(range(len(sizes)))}
+    return [times[i] for i in range(len(sizes))], list(default.notes)
 
 
 def _slow_first(method: str, kind: str) -> tuple:
