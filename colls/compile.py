@@ -258,7 +258,7 @@ def _variants(topology, coll, name, target, options, sizes=None) -> Method:
     runtime would run for none of ``sizes`` is left out with its copies (they have more chunks per loop
     still)."""
     m = Method(name)
-    first = _first(topology, coll, name, target, options, m)
+    first = _first(topology, coll, name, target, options, m, in_memory=True)
     if first is None:
         return m
     ncpl = first.program.nchunksperloop
@@ -270,12 +270,15 @@ def _variants(topology, coll, name, target, options, sizes=None) -> Method:
     return m
 
 
-def _first(topology, coll, name, target, options, m: Method | None, make=tune.compile_fastest):
+def _first(topology, coll, name, target, options, m: Method | None, make=tune.compile_fastest,
+           in_memory: bool = False):
     """The method's file (in-place and out-of-place, or out-of-place only), made by ``make``; None and
-    ``m.refused`` set when it makes none."""
+    ``m.refused`` set when it makes none. ``in_memory``: proved as built, not emitted (colls compile emits and
+    proves again the files it writes, each with its byte range)."""
     for mode in ("both", "outofplace"):
         try:
-            return make(topology, coll, name, target=target, mode=mode, options=options, instances=1)
+            return make(topology, coll, name, target=target, mode=mode, options=options, instances=1,
+                        in_memory=in_memory)
         except CollsError as e:
             if m is not None:
                 m.refused = str(e)
