@@ -9,12 +9,13 @@ that share a lane (the runtime's threadblocks are few: RCCL loads 64 per GPU) ru
 38.5 GB/s busbw at 1 GB, one tree per GPU (a few percent less in the link model) at 228. So the count is
 chosen where it shows: the simulated time.
 
-What is compared. Every power of two of trees per GPU up to the link model's choice (a power of two, see
-:func:`colls.pipeline.compile_schedule`), each made as ``colls synth`` makes it, simulated at
-:data:`SIZES` (16 MB and 256 MB: sizes where the count matters and every such file is run by the runtime;
-Simple, out-of-place); the least geometric mean of the times wins, the link model's choice on a tie. A count
-the target cannot load is skipped, and one whose proven lower bound at the last size leaves it no chance is not
-simulated there. ``trees_per_gpu`` given: that count, as asked.
+What is compared. Powers of two of trees per GPU from one up, each made as ``colls synth`` makes it,
+simulated at :data:`SIZES` (16 MB and 256 MB: sizes where the count matters and every such file is run by the
+runtime; Simple, out-of-place), doubling while each doubling is faster, and the link model's choice (a power of
+two, see :func:`colls.pipeline.compile_schedule`) when every doubling below it was; the least geometric mean of
+the times wins, the link model's choice on a tie. A count the target cannot load ends the search, and one whose
+proven lower bound at the last size leaves it no chance is not simulated there. ``trees_per_gpu`` given: that
+count, as asked.
 
 This module sits above :mod:`colls.pipeline` and :mod:`colls.simulate` (both below it, neither imports it):
 ``colls synth``, ``colls compile`` and the benchmarks call :func:`compile_fastest` for a method's default file.
@@ -60,44 +61,74 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
 
 
 def _fastest_count(topology, collective, method, options: dict, unproved: dict):
-    """The trees file at the link model's count and at every smaller power of two, the fastest simulated (not
-    proved), with the facts that say how it was chosen, its score and its timer (:func:`_timer`; None when no
-    count was timed), for :func:`_fastest_copies`."""
-    first = pipeline.compile_schedule(topology, collective, method, options=options, **unproved)
-    k = first.schedule.info.get("k") or 1
-    counts = [1 << i for i in range(k.bit_length()) if 1 << i < k]
-    made = {k: first}
-    for count in counts:
+    """The trees file with the count of trees per GPU that simulates fastest (not proved), with the facts that
+    say how it was chosen, its score and its timer (:func:`_timer`; None when no count was timed), for
+    :func:`_fastest_copies`.
+
+    Counts are tried from one tree per GPU up, doubling while each doubling simulates faster than every count
+    before it, below the link model's count (:func:`colls.synth.trees.k_candidates`); the link model's own file
+    (its count, or the power of two beside it that the runtime runs, :func:`colls.pipeline.compile_schedule`)
+    comes last, only when every doubling before it was faster, and wins a tie. The search stops at the first
+    doubling that is not faster, as for copies (:func:`_fastest_copies`): the larger counts are the slowest to
+    lower and to simulate, and where one doubling already loses (the trees queue on the threadblocks the target
+    allows) the next rarely wins; a count between two that lost is not looked for."""
+    k = trees.k_candidates(topology, collective)[0]
+    made, timed, timers = {}, {}, {}
+    best = None                     # the fastest count so far
+    stopped = None                  # the count that was not faster, where the search stopped
+
+    def time_it(count):
+        timers[count] = _timer(made[count], topology)
+        return _score(timers[count], timed[best] if best is not None else None)
+
+    count = 1
+    while count < k:
         try:
             made[count] = pipeline.compile_schedule(
                 topology, collective, method, options=dict(options, trees_per_gpu=count), **unproved)
         except CollsError:
-            continue            # more than the target loads, or no packing: not a candidate
-    timed, timers, best_score = {}, {}, None
-    for c in sorted(made):          # the fewest trees first: most often the fastest, so the others are cut short
-        timers[c] = _timer(made[c], topology)
-        score = _score(timers[c], best_score)
+            break               # more than the target loads (more trees would not load either), or no packing
+        score = time_it(count)
         if score is not None:
-            timed[c] = score
-            best_score = score if best_score is None else min(best_score, score)
-    best = min(timed, key=lambda c: (timed[c], c != k, c)) if timed else k
+            timed[count] = score
+        if best is not None and (score is None or score >= timed[best]):
+            stopped = count
+            break
+        if score is not None:
+            best = count
+        count *= 2
+    first = None
+    if stopped is None:
+        first = pipeline.compile_schedule(topology, collective, method, options=options, **unproved)
+        k = first.schedule.info.get("k") or k
+        if k not in made:
+            made[k] = first
+            score = time_it(k)
+            if score is not None:
+                timed[k] = score
+    chosen = min(timed, key=lambda c: (timed[c], c != k, c)) if timed else k
+    if chosen not in made:          # nothing timed (the runtime runs none of them at the sizes compared)
+        first = first or pipeline.compile_schedule(topology, collective, method, options=options, **unproved)
+        made[chosen] = first
     facts: dict = {}
-    for key in ("trees_per_gpu_tried", "limited_by", "chunks_note"):    # why the link model took k
-        if key in first.facts and best == k:
-            facts[key] = first.facts[key]
-    if best == k and "trees_per_gpu_tried" not in first.facts:
-        facts["trees_per_gpu_tried"] = [k]
+    if first is not None and made[chosen] is first:
+        for key in ("trees_per_gpu_tried", "limited_by", "chunks_note"):    # why the link model took k
+            if key in first.facts:
+                facts[key] = first.facts[key]
+        if "trees_per_gpu_tried" not in first.facts:
+            facts["trees_per_gpu_tried"] = [k]
     if len(made) < 2 or not timed:
-        return made[best], facts, timed.get(best), timers.get(best)
+        return made[chosen], facts, timed.get(chosen), timers.get(chosen)
     facts["trees_tuned"] = {"sizes": [size_text(s) for s in SIZES], "link_model_k": k,
                             "geomean_us": {str(c): round(t, 3) for c, t in sorted(timed.items())}}
-    if best != k:
+    if made[chosen] is not first:
         others = ", ".join(str(c) for c in sorted(made))
-        facts["count_note"] = (f"{best} trees per GPU: the fastest simulated of {others} at "
-                               f"{' and '.join(size_text(s) for s in SIZES)} ({k}, the link model's "
-                               "best, is slower on the runtime)")
-        facts["trees_per_gpu_tried"] = [k, best]
-    return made[best], facts, timed.get(best), timers.get(best)
+        why = (f"{k}, the link model's best, is slower on the runtime" if stopped is None else
+               f"{stopped} was slower, so more were not tried; the link model's best is {k}")
+        facts["count_note"] = (f"{chosen} trees per GPU: the fastest simulated of {others} at "
+                               f"{' and '.join(size_text(s) for s in SIZES)} ({why})")
+        facts["trees_per_gpu_tried"] = [k, chosen]
+    return made[chosen], facts, timed.get(chosen), timers.get(chosen)
 
 
 # A doubling of the copies must make the file this much faster to be taken: every copy holds threadblocks (SMs)
