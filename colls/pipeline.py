@@ -293,41 +293,53 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
     around the count are made too and the one the bandwidth model rates best of those the runtime runs is
     taken (the summary says so).
 
-    The candidates are lowered in memory and not proved (the choice reads their schedules and chunk counts
-    only); the one taken is then lowered again, emitted and proved as asked (:func:`_again`)."""
+    The candidates' schedules are compared before any is lowered (the choice reads their schedules and chunk
+    counts only: a schedule's chunks per loop are its collective's times its copies); the best is lowered, the
+    next when the target cannot load it, then emitted and proved as asked."""
     args = (topology, collective, method, target, instances, proto, min_bytes, max_bytes, mode)
     option, info_key, words = _COUNTS.get(method, (None, None, None))
     if option is None or collective.chunks & (collective.chunks - 1) or (options or {}).get(option):
         return _compile_method(*args, options, progress, in_memory, prove)
-    quick = not in_memory or prove             # the caller wants more than the choice needs
-    result = _compile_method(*args, options, progress, True if quick else in_memory, False if quick else prove)
-    count = result.schedule.info.get(info_key)
-    ncpl = result.program.nchunksperloop
-    if not count or not ncpl & (ncpl - 1):
-        return _again(result, progress, in_memory, prove) if quick else result
+
+    def chunks_per_loop(schedule: Schedule) -> int:
+        return schedule.collective.nchunksperloop * instances
+
+    try:
+        planned = _planned(topology, collective, method, target, instances, options)
+    except CollsError:              # the method refuses: let the full path say why, as it always has
+        planned = None
+    count = planned.info.get(info_key) if planned is not None else None
+    if not count or not chunks_per_loop(planned) & (chunks_per_loop(planned) - 1):
+        return _compile_method(*args, options, progress, in_memory, prove)
+    ncpl = chunks_per_loop(planned)
     low = 1 << (count.bit_length() - 1)
     tried = []
     for other in sorted({low, 2 * low} - {count}):
         try:
-            alt = _compile_method(*args, dict(options or {}, **{option: other}), progress, True, False)
+            alt = _planned(topology, collective, method, target, instances, dict(options or {}, **{option: other}))
         except CollsError:
             continue
-        n = alt.program.nchunksperloop
-        if not n & (n - 1):
-            tried.append(alt)
-    if not tried:
-        if quick:
-            result = _again(result, progress, in_memory, prove)
-        result.facts["chunks_note"] = (f"{ncpl} chunks per loop divide no power-of-two call: the runtime runs this "
-                                       "file only for calls whose element count they divide")
+        if not chunks_per_loop(alt) & (chunks_per_loop(alt) - 1):
+            tried.append((other, alt))
+    tried.sort(key=lambda x: (-x[1].model_algbw(topology)[0], -x[1].info.get(info_key, 0)))
+    best = None
+    for other, _ in tried:
+        try:
+            best = _compile_method(*args, dict(options or {}, **{option: other}), progress, in_memory, prove)
+            break
+        except CollsError:
+            continue            # more than the target loads: the next best
+    if best is None:                # no power of two beside it loads: the count itself (or the one it steps down to)
+        result = _compile_method(*args, options, progress, in_memory, prove)
+        n = result.program.nchunksperloop
+        if n & (n - 1):
+            result.facts["chunks_note"] = (f"{n} chunks per loop divide no power-of-two call: the runtime runs this "
+                                           "file only for calls whose element count they divide")
         return result
-    best = max(tried, key=lambda c: (c.schedule.model_algbw(topology)[0], -c.schedule.info.get(info_key, 0)))
-    best = _again(best, progress, in_memory, prove)
     best.facts["chunks_note"] = (f"{best.schedule.info.get(info_key)} {words}, not {count}: {count} would leave "
                                  f"{ncpl} chunks per loop, which divide no power-of-two call")
     if method == "trees":
-        best.facts["trees_per_gpu_tried"] = result.facts.get("trees_per_gpu_tried", [count]) + [
-            best.schedule.info.get(info_key)]
+        best.facts["trees_per_gpu_tried"] = [count, best.schedule.info.get(info_key)]
     return best
 
 
@@ -371,19 +383,11 @@ def _again(compiled: Compiled, progress, in_memory: bool, prove: bool, **changes
 
 def _compile_method(topology, collective, method, target, instances, proto, min_bytes, max_bytes, mode,
                     options, progress, in_memory=False, prove=True) -> Compiled:
-    options = dict(options or {})
-    tgt = budgeted(get_target(target), options.pop("max_threadblocks", None))
+    tgt, options = _method_options(topology, collective, method, target, instances, options)
     _check_options(topology, collective, tgt, instances, proto, min_bytes, max_bytes, mode)
-    synth.get_method(method)
     check_limits(topology, collective, method, tgt, instances, options)
     if tgt.name == "old" and max_bytes == 0:
         max_bytes = OLD_NO_LIMIT
-    if method in ("trees", "direct"):
-        options.setdefault("max_tbs", tgt.max_tbs)  # lanes are chosen to fit what the runtime loads
-    if method == "ring" and "rings" not in options:  # ring counts are chosen among those that fit
-        options.update(max_steps=tgt.max_steps, max_channels=tgt.max_channels)
-    elif method == "ring":      # a given count: the target's steps only say where the lowering starts
-        options.setdefault("max_steps", tgt.max_steps)
     settings = dict(instances=instances, proto=proto, min_bytes=min_bytes, max_bytes=max_bytes,
                     mode=mode, progress=progress, in_memory=in_memory, prove=prove)
     if method == "ring" and "rings" not in options and collective.kind != "alltoall":
@@ -407,6 +411,28 @@ def _compile_method(topology, collective, method, target, instances, proto, min_
         return result
     raise LimitError(f"trees {collective.kind} on {topology.name}: no number of trees per GPU fits "
                      f"{tgt.name} (tried {', '.join(str(k) for k, _ in refused)}): {refused[-1][1]}")
+
+
+def _method_options(topology, collective, method, target, instances, options) -> tuple[Target, dict]:
+    """The target (within ``--max-threadblocks``) and the options the method is called with: the target's
+    limits the method fits its lanes, rings or trees to."""
+    options = dict(options or {})
+    tgt = budgeted(get_target(target), options.pop("max_threadblocks", None))
+    synth.get_method(method)
+    if method in ("trees", "direct"):
+        options.setdefault("max_tbs", tgt.max_tbs)  # lanes are chosen to fit what the runtime loads
+    if method == "ring" and "rings" not in options:  # ring counts are chosen among those that fit
+        options.update(max_steps=tgt.max_steps, max_channels=tgt.max_channels)
+    elif method == "ring":      # a given count: the target's steps only say where the lowering starts
+        options.setdefault("max_steps", tgt.max_steps)
+    return tgt, options
+
+
+def _planned(topology, collective, method, target, instances, options) -> Schedule:
+    """The schedule ``method`` makes with ``options`` (not lowered: its count and chunks per loop are known
+    before the lowering, which is most of a file's time)."""
+    _, opts = _method_options(topology, collective, method, target, instances, options)
+    return synth.get_method(method)(topology, collective, **opts)
 
 
 def budgeted(tgt: Target, max_threadblocks: int | None) -> Target:
