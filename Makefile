@@ -35,6 +35,7 @@ bench: install
 	$(PY) bench/calibrate.py
 	$(PY) bench/simulate.py
 	$(PY) bench/milp.py
+	$(PY) bench/plans.py
 	$(PY) bench/speedup.py
 
 clean:

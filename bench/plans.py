@@ -1,0 +1,102 @@
+"""MSCCL++ plans on every shipped machine: each method's default plan for each collective, proved.
+
+Run with ``python bench/plans.py`` (part of ``make bench``). For every shipped profile at 1 and 2 nodes, every
+method (ring, direct, trees, milp) and allgather, reducescatter, allreduce and alltoall, it makes the plan
+``colls synth --target mscclpp`` writes (:func:`colls.tune.compile_for_plans`, then the plan of its program),
+checks it against MSCCL++'s loader rules and proves it (:func:`colls.verify.plan.proved_plan`: every call type
+the program serves, in-place and out-of-place), and writes the table to bench/PLANS.md and the outcome of
+every case to bench/plans.json. A case is *proved*, *refused* (the method makes no file for that machine, or
+the plan would break a limit: the reason is recorded), or *failed*: a plan that was written but not proved,
+or an error that is not a refusal. A failed case is a defect; the script exits 1 when there is one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from colls import tune  # noqa: E402
+from colls.collectives import Collective  # noqa: E402
+from colls.errors import CollsError  # noqa: E402
+from colls.inputs import hardware  # noqa: E402
+from colls.verify.plan import proved_plan  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+PROFILES = ("dgx-a100", "dgx-h100", "dgx2", "ndv2", "mi250")
+NODES = (1, 2)
+METHODS = ("ring", "direct", "trees", "milp")
+KINDS = ("allgather", "reducescatter", "allreduce", "alltoall")
+MILP = {"time_limit": 0.5}      # colls compile's budget (colls.compile.MILP_TIME_LIMIT)
+
+
+def case(topo, method: str, kind: str) -> dict:
+    t0 = time.perf_counter()
+    coll = Collective(kind, topo.ngpus)
+    options = dict(MILP) if method == "milp" else {}
+    try:
+        result = tune.compile_for_plans(topo, coll, method, options=options, in_memory=True)
+    except CollsError as e:
+        return {"outcome": "refused", "why": str(e), "seconds": round(time.perf_counter() - t0, 2)}
+    program = result.program
+    try:
+        plan, modes = proved_plan(program, topo, name=f"{method}-{kind}", inplace=not program.outofplace)
+    except CollsError as e:
+        outcome = "refused" if "at most" in str(e) or "limit" in str(e) else "failed"
+        return {"outcome": outcome, "why": str(e), "seconds": round(time.perf_counter() - t0, 2)}
+    ops = max(len(tb["ops"]) for g in plan["gpus"] for tb in g["threadblocks"])
+    return {"outcome": "proved", "modes": ["in-place" if m else "out-of-place" for m in modes],
+            "lowered_for": result.target.name, "threadblocks": max(len(g["threadblocks"]) for g in plan["gpus"]),
+            "max_ops": ops, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def markdown(results: dict) -> str:
+    lines = ["# MSCCL++ plans on every shipped machine", "",
+             "Written by `python bench/plans.py` (part of `make bench`): each method's default plan, as "
+             "`colls synth --target mscclpp` writes it, checked against MSCCL++'s loader rules and proved for "
+             "every call type its program serves (ip: in-place, oop: out-of-place). `refused`: the method makes "
+             "no file for the machine, or its plan would break a limit (the reason below). Machine: "
+             f"{results['machine']}.", "",
+             "| machine | method | " + " | ".join(KINDS) + " |", "|---|---|" + "---|" * len(KINDS)]
+    why = []
+    for key, row in results["cases"].items():
+        machine, method = key.rsplit("/", 1)
+        cells = []
+        for kind in KINDS:
+            r = row[kind]
+            if r["outcome"] == "proved":
+                modes = "+".join("ip" if m == "in-place" else "oop" for m in r["modes"])
+                cells.append(f"proved ({modes}; {r['threadblocks']} tbs, {r['max_ops']} ops)")
+            else:
+                cells.append(f"**{r['outcome']}**" if r["outcome"] == "failed" else r["outcome"])
+                why.append(f"- {machine} {method} {kind}: {r['outcome']}: {r['why'][:200]}")
+        lines.append(f"| {machine} | {method} | " + " | ".join(cells) + " |")
+    counts = {o: sum(r["outcome"] == o for row in results["cases"].values() for r in row.values())
+              for o in ("proved", "refused", "failed")}
+    lines += ["", f"{counts['proved']} proved, {counts['refused']} refused, {counts['failed']} failed.", ""]
+    return "\n".join(lines + why) + "\n"
+
+
+def main() -> int:
+    import platform
+    results = {"machine": f"{platform.processor() or platform.machine()}, Python {platform.python_version()}; "
+                          f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}", "cases": {}}
+    for profile in PROFILES:
+        for nodes in NODES:
+            topo = hardware.load_topology(profile, nodes=nodes)
+            for method in METHODS:
+                row = {kind: case(topo, method, kind) for kind in KINDS}
+                results["cases"][f"{profile} x{nodes}/{method}"] = row
+                print(f"{profile} x{nodes} {method}: " + ", ".join(f"{k} {r['outcome']} ({r['seconds']} s)"
+                                                                 for k, r in row.items()), flush=True)
+    (HERE / "plans.json").write_text(json.dumps(results, indent=1) + "\n")
+    (HERE / "PLANS.md").write_text(markdown(results))
+    print("wrote bench/plans.json and bench/PLANS.md")
+    return 1 if any(r["outcome"] == "failed" for row in results["cases"].values() for r in row.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
