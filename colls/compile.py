@@ -52,12 +52,11 @@ from colls.simulate.baseline import Fastest, RuntimeDefault
 
 METHODS = ("ring", "direct", "trees", "milp")
 COPIES = (1, 2, 4, 8, 16, 32)
-# milp's solver budget per stage in compile, CP-SAT deterministic seconds (synth's default is 10). With the
-# runtime's costs in the model (links shared by transfers slower than them) a deterministic second takes longer;
-# measured on a 2-core AMD EPYC, 0.5 gives the same files as 2 on 2 x DGX A100 and 2 x NDv2 alltoall, 2 x DGX-2
-# allgather and 1 x MI250 allreduce, and on 2 x MI250 alltoall a faster one at 1 MB (5.12 GB/s busbw against
-# 5.01) in 9 s of solving against 32; compile simulates every file at every size and takes the fastest
-MILP_TIME_LIMIT = 0.5
+# milp's solver budget per stage in compile, CP-SAT deterministic seconds (synth's default is 10): measured on a
+# 2-core AMD EPYC, the 4 x DGX A100 alltoall reaches at 0.5 the schedule it has at 10 (34.06 us, 82 s of wall
+# time at 10), the 2 x MI250 alltoall 36.72 us at 2 (12 s) against 37.42 at 1; compile simulates the schedule
+# at every size and the model's error at small sizes is larger than what more search buys there
+MILP_TIME_LIMIT = 2.0
 DEFAULT_SIZES = "1KB:1GB:4"      # 1KB, 4KB, ..., 1GB: 11 sizes (the last range has no upper limit)
 ALL = ("allreduce", "allgather", "reducescatter", "alltoall")   # --collective all (+ rooted with --root)
 OLD_MAX_FILES = get_target("old").max_files  # MSCCL_XML_FILES holds at most 4 files in the older runtime

@@ -75,8 +75,7 @@ def add_milp_comparison(compiled) -> None:
     f = compiled.facts
     info = f.get("method_info") or {}
     kind, topo = f["collective"], compiled.topology
-    out = {"objective_us": info.get("objective_us"), "call_us": info.get("call_us"),
-           "lower_bound_us": info.get("lower_bound_us")}
+    out = {"objective_us": info.get("objective_us"), "lower_bound_us": info.get("lower_bound_us")}
     try:
         out["latency_floor_us"] = bounds.bound(topo, kind, root=f.get("root") or 0).latency_us
     except CollsError:

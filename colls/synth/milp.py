@@ -35,16 +35,10 @@ wall-clock backstop of 30 times the limit plus 60 s only guards against a pathol
 
 The model
 ---------
-Costs (per transfer, the runtime's: :mod:`colls.runtimes.costs`, as :mod:`colls.simulate.engine` charges
-them): a transfer is one threadblock's message. A chunk of S bytes sent from GPU u to GPU v over the
-physical route ``topology.route(u, v)`` moves at ``r = min(the route's bandwidth at its links' efficiency,
-one threadblock's copy rate)`` and holds each link of the route for ``S / r``, taking ``r / (the link's
-bandwidth)`` of it (transfers share a link up to its bandwidth: a threadblock copies at 24 GB/s where an
-NVSwitch port carries 300); it arrives ``S / r`` plus alpha after it starts, alpha being the route's latency,
-the fixed cost per message of the sender and of the receiver (and the network's, across nodes) and the
-receiver's copy of the chunk out of the connection's buffer at its copy rate. A connection is one
-threadblock: its transfers run one after another. The call's launch is added to the reported time
-(``call_us``). Simple's costs (the file's default protocol). S is the chunk size a TACCL profile was measured at (``topology.meta["chunk_bytes"]``), or else a
+Costs (alpha-beta, per transfer): a chunk of S bytes sent from GPU u to GPU v over the physical route
+``topology.route(u, v)`` arrives ``route latency + S / route bandwidth`` after it starts and holds
+every link of the route for ``S / route bandwidth`` (the latency is pipelined, as in the runtime).
+S is the chunk size a TACCL profile was measured at (``topology.meta["chunk_bytes"]``), or else a
 1 MiB buffer per rank cut into the collective's ``nchunksperloop`` chunks (option ``size`` changes
 the buffer); ``info`` records both.
 
@@ -100,8 +94,7 @@ start times, one step each (a total order consistent with every dependency). Lan
 The alltoall's final local copies move a run of chunks each (the arrivals before the rank's own chunks,
 and those after).
 
-``Schedule.info``: ``objective_us`` (the makespan found), ``call_us`` (that plus the launch: the model's time
-of one call), ``lower_bound_us`` (the solver's bound on
+``Schedule.info``: ``objective_us`` (the makespan found), ``lower_bound_us`` (the solver's bound on
 the model's optimum), ``gap``, ``status`` per stage (``optimal``, ``gap limit`` or ``time limit``), ``solve_seconds`` per stage, ``greedy_us``,
 ``sketch`` (colls YAML), ``chunk_bytes``, ``message_bytes``, ``time_unit_us`` and ``notes``.
 
@@ -125,14 +118,14 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
+from fractions import Fraction
 
 from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.schedule import Op, Schedule
 from colls.inputs.sketch import Sketch, derive_sketch, sketch_text, symmetry_permutation
 from colls.synth.common import schedule_facts
-from colls.runtimes.costs import model_for, tb_rate
-from colls.synth.milp_model import LINK_UNITS, Chunk, Connection, Problem, Settings, chunk_map, closure, solve
+from colls.synth.milp_model import Chunk, Connection, Problem, Settings, chunk_map, closure, solve
 from colls.topology import Topology
 
 METHOD = "milp"
@@ -216,12 +209,6 @@ class _Builder:
         self.n = n
         self.stages: dict = {}
         self.notes: list = []
-        # the runtime's costs (colls.runtimes.costs, the file's default protocol, Simple): a transfer is one
-        # threadblock's message, at the fixed cost per message and the copy rate of one threadblock, over links
-        # at their efficiency; the call's launch is added to the reported time
-        self.cost = model_for("Simple", topology.gpu_model())
-        self.tb_gbps = self.cost.tb_gbps or tb_rate(topology.gpu_model()) * self.cost.tb_factor
-        self.effective = topology.effective()
 
     # --- problems -------------------------------------------------------------------------------------
     def connections(self, reverse: bool) -> tuple[dict, float]:
@@ -239,20 +226,14 @@ class _Builder:
                 route = topo.route(a, b)
                 if route is None:
                     continue
+                lat = topo.route_latency(route)
+                beta = float(Fraction(self.chunk_bytes) / (topo.route_bandwidth(route) * 1000))
                 links = tuple(zip(route, route[1:]))
-                usable = [float(self.effective.bw(*link)) for link in links]     # GB/s, the links' efficiency in
-                rate = min(min(usable), self.tb_gbps)       # one transfer: one threadblock's message
-                # the sender's fixed cost, the route, and the receiver's: its own fixed cost and the copy out of
-                # the connection's buffer at its threadblock's rate (colls.simulate.engine)
-                lat = (topo.route_latency(route) + 2 * self.cost.step_us + (self.cost.net_step_us if inter else 0.0)
-                       + self.chunk_bytes / (self.tb_gbps * 1000))
-                beta = self.chunk_bytes / (rate * 1000)
-                share = tuple(min(LINK_UNITS, max(1, round(LINK_UNITS * rate / bw))) for bw in usable)
-                raw[(b, a) if reverse else (a, b)] = (lat, beta, links, inter, a % G, share)
-        smallest = min(beta for _, beta, _, _, _, _ in raw.values())
+                raw[(b, a) if reverse else (a, b)] = (lat, beta, links, inter, a % G)
+        smallest = min(beta for _, beta, _, _, _ in raw.values())
         unit = smallest / MIN_UNITS
-        conns = {k: Connection(max(0, round(lat / unit)), max(1, round(beta / unit)), links, inter, s, share)
-                 for k, (lat, beta, links, inter, s, share) in raw.items()}
+        conns = {k: Connection(max(0, round(lat / unit)), max(1, round(beta / unit)), links, inter, s)
+                 for k, (lat, beta, links, inter, s) in raw.items()}
         return conns, unit
 
     def problem(self, kind: str, reverse: bool = False, chunks: int | None = None) -> Problem:
@@ -355,8 +336,7 @@ class _Builder:
         stages = self.stages
         total = sum(s["objective_us"] for s in stages.values())   # the phases run one after another
         bound = sum(s["lower_bound_us"] for s in stages.values())
-        return {"objective_us": round(total, 4), "call_us": round(total + self.cost.launch_us, 4),
-                "lower_bound_us": round(bound, 4),
+        return {"objective_us": round(total, 4), "lower_bound_us": round(bound, 4),
                 "gap": round(0.0 if total <= 0 else max(0.0, (total - bound) / total), 6),
                 "stages": stages, "solve_seconds": {k: s["solve_seconds"] for k, s in stages.items()},
                 "sketch": sketch_text(self.sketch), "chunk_bytes": self.chunk_bytes,

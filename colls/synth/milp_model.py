@@ -40,15 +40,6 @@ class Connection:
     links: tuple
     inter: bool
     sender: int
-    share: tuple = ()            # per link of ``links``: the part of it one transfer takes, of LINK_UNITS (all: every one)
-
-    def shares(self) -> tuple:
-        return self.share or (LINK_UNITS,) * len(self.links)
-
-
-# A link's capacity in the model's sharing constraint: a transfer slower than the link (one threadblock copies
-# at a fraction of an NVSwitch port's bandwidth) takes ``share`` of these, and transfers share the link up to them.
-LINK_UNITS = 1000
 
 
 @dataclass(frozen=True)
@@ -313,15 +304,13 @@ def solve(problem: Problem, settings: Settings) -> Solution:
                 key = (img, g[u], g[v])
                 x[key] = lit
                 start[key] = own if shared or img == c else m.new_int_var(0, horizon, f"s{key}")
-    by_conn: dict = defaultdict(list)
     for key, s in start.items():
         c, u, v = key
         conn = conns[u, v]
         iv = m.new_optional_fixed_size_interval_var(s, conn.beta, x[key], f"i{key}")
-        by_conn[u, v].append(iv)
-        for link, share in zip(conn.links, conn.shares()):
-            by_link[link].append((iv, share))
-            load[link].append((conn.beta * share, x[key]))
+        for link in conn.links:
+            by_link[link].append(iv)
+            load[link].append((conn.beta, x[key]))
     for c in range(len(problem.chunks)):
         ch = problem.chunks[c]
         rep, g = origin[c]
@@ -356,15 +345,9 @@ def solve(problem: Problem, settings: Settings) -> Solution:
     if ordering:
         _own_first(m, problem, x, start)
     for link in sorted(by_link, key=str):
-        ivs = by_link[link]
-        if len(ivs) > 1 and all(share >= LINK_UNITS for _, share in ivs):
-            m.add_no_overlap([iv for iv, _ in ivs])
-        elif len(ivs) > 1:          # transfers slower than the link share it, up to its bandwidth
-            m.add_cumulative([iv for iv, _ in ivs], [share for _, share in ivs], LINK_UNITS)
-        m.add(sum(b * lit for b, lit in load[link]) <= T * LINK_UNITS)   # TACCL's stage-1 load bound, redundant
-    for pair in sorted(by_conn):    # a connection is one threadblock's: its transfers run one after another
-        if len(by_conn[pair]) > 1:
-            m.add_no_overlap(by_conn[pair])
+        if len(by_link[link]) > 1:
+            m.add_no_overlap(by_link[link])
+        m.add(sum(b * lit for b, lit in load[link]) <= T)   # TACCL's stage-1 load bound, redundant
     weight, tie, tie_max = _tie_break(m, problem, x, load, horizon)
     m.minimize(T * weight + tie)
     for key, lit in x.items():
@@ -479,12 +462,12 @@ def _tie_break(m, problem: Problem, x: dict, load: dict, horizon: int):
             terms.append(sign * y)
         top += len(used)
     if problem.link_strategy and load:
-        z = m.new_int_var(0, horizon * LINK_UNITS, "linkload")      # link time, in LINK_UNITS parts
+        z = m.new_int_var(0, horizon, "linkload")
         for link, items in sorted(load.items(), key=lambda kv: str(kv[0])):
             expr = sum(b * lit for b, lit in items)
             m.add(z >= expr) if problem.link_strategy == "minmax" else m.add(z <= expr)
         terms.append(z if problem.link_strategy == "minmax" else -z)
-        top += horizon * LINK_UNITS
+        top += horizon
     return top + 1, sum(terms), top
 
 
