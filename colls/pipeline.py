@@ -304,6 +304,10 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
     def chunks_per_loop(schedule: Schedule) -> int:
         return schedule.collective.nchunksperloop * instances
 
+    # what the target cannot load whatever the schedule is refused first, in milliseconds, as without a count
+    tgt, opts = _method_options(topology, collective, method, target, instances, options)
+    _check_options(topology, collective, tgt, instances, proto, min_bytes, max_bytes, mode)
+    check_limits(topology, collective, method, tgt, instances, opts)
     try:
         planned = _planned(topology, collective, method, target, instances, options)
     except CollsError:              # the method refuses: let the full path say why, as it always has
