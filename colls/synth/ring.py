@@ -477,14 +477,10 @@ class _Planner:
         if same:
             entry = [0] * nn
         elif self._rails_free():
-            # one switch for every NIC (layout single): every node enters on rail j and leaves on rail j + 1,
-            # so every node runs the same path (as the runtime's own rings do: one search, every node alike)
+            # one switch for every NIC (layout single): every node enters on rail j and leaves on rail j + 1
+            # (below), so every node runs the same path (as the runtime's own rings do: one search, every node
+            # alike)
             entry = [0] * nn
-            self.entry_offset, self.exit_offset = entry, [1] * nn
-            self.uses: dict = defaultdict(int)
-            self.shapes: dict = {}
-            self.paths: dict = {}
-            return
         else:
             entry = [n % 2 for n in range(nn)]
             if nn % 2 and nn > 1 and k >= 3:
@@ -492,7 +488,7 @@ class _Planner:
         leave = [entry[(n + 1) % nn] for n in range(nn)]
         for n in range(nn):
             if not same and leave[n] == entry[n]:
-                leave[n] = entry[n] + 1  # two rails, odd node count: the wrap-around crosses rails
+                leave[n] = entry[n] + 1  # one switch, or two rails and an odd node count: it crosses rails
         self.entry_offset, self.exit_offset = entry, leave
         self.uses: dict = defaultdict(int)  # GPU -> times it was a ring's entry or exit
         self.shapes: dict = {}              # node's GPUs -> (what a node path depends on, its links)
