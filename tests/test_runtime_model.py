@@ -121,6 +121,20 @@ def test_h100_allreduce_default_takes_nvls_for_large_calls():
     assert small.extra["protocol"] == "LL"
 
 
+def test_default_prunes_only_what_cannot_win():
+    """RuntimeDefault.time times the last winner first and the others only as far as they could beat it:
+    the same algorithm, protocol, channels and time as timing every algorithm in full, sizes in any order."""
+    t = topo("dgx-a100", 2)
+    pruned, full = RuntimeDefault(t, "allreduce"), RuntimeDefault(t, "allreduce")
+    algorithms = set()
+    for size in (1 << 30, 1 << 10, 1 << 24, 1 << 16, 1 << 20):
+        got = pruned.time(size)
+        want = full.pick([timer.time(size) for timer in full.timers])
+        assert (got.extra, got.time_us) == (want.extra, want.time_us)
+        algorithms.add(got.extra["algorithm"])
+    assert algorithms == {"ring", "tree"}          # the lead changed at least once
+
+
 def test_forced_algorithm_and_its_refusal():
     ring = RuntimeDefault(topo("dgx-h100"), "allreduce", algorithms=("ring",))
     assert ring.algorithms == ["ring"]

@@ -192,10 +192,12 @@ class Baseline:
     def label(self) -> str:
         return f"NCCL {self.algorithm} (best protocol and channels)"
 
-    def time(self, size: int, bound=None) -> Timing:
-        """The fastest protocol and channel count at ``size``; ``extra`` says which."""
-        timing = self.fastest.time(size, bound)
-        timing.label = self.label
+    def time(self, size: int, bound=None, beat: float | None = None) -> Timing | None:
+        """The fastest protocol and channel count at ``size``; ``extra`` says which. ``beat``: as in
+        :meth:`Fastest.time` (a time the result only matters below; above it, a :func:`out_of_reach`)."""
+        timing = self.fastest.time(size, bound, beat)
+        if timing is not None:
+            timing.label = self.label
         return timing
 
 
@@ -390,6 +392,7 @@ class RuntimeDefault:
         self.topology, self.kind, self.target = topology, kind, tgt
         wanted = tuple(algorithms or tgt.algorithms)
         self.timers, self.algorithms, self.notes = [], [], []
+        self.lead = 0                   # the timer that won the last size timed: the first one timed next
         for a in wanted:
             if a == "tree" and kind != "allreduce":
                 if algorithms:
@@ -433,10 +436,25 @@ class RuntimeDefault:
 
     def pick(self, timings: list) -> Timing:
         """The fastest of one size's timings (one per algorithm, in :attr:`algorithms` order)."""
-        best, algorithm = min(((t, a) for t, a in zip(timings, self.algorithms)), key=lambda x: x[0].time_us)
+        best, algorithm = min(((t, a) for t, a in zip(timings, self.algorithms) if t is not None),
+                              key=lambda x: x[0].time_us)
         best.extra = dict(best.extra, algorithm=algorithm)
         best.label = self.label
         return best
 
     def time(self, size: int, bound=None) -> Timing:
-        return self.pick([t.time(size, bound) for t in self.timers])
+        """:meth:`pick` of every algorithm's timing at ``size``. The last size's winner is timed first (sizes
+        near each other mostly have the same one), and the others only as far as they could beat it: a
+        configuration whose lower bound is above the time to beat is not simulated (:meth:`Fastest.time`),
+        so the one picked is the one timing them all in full would pick."""
+        timings: list = [None] * len(self.timers)
+        best = None
+        for i in [self.lead] + [i for i in range(len(self.timers)) if i != self.lead]:
+            t = self.timers[i].time(size, bound, beat=best)
+            if t is not None and t.served:
+                timings[i] = t
+                best = t.time_us if best is None else min(best, t.time_us)
+        if all(t is None for t in timings):
+            raise CollsError(f"no algorithm of {self.target.runtime} serves {size} bytes", key="--baseline")
+        self.lead = min((i for i, t in enumerate(timings) if t is not None), key=lambda i: timings[i].time_us)
+        return self.pick(timings)

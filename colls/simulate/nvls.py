@@ -86,7 +86,7 @@ class Nvls:
             chunk = min(chunk, facts.NVLS_TREE_MAX_CHUNK_4_NODES)
         return chunk
 
-    def time(self, size: int, bound=None) -> Timing:   # noqa: ARG002 (the timers' common signature)
+    def time(self, size: int, bound=None, beat=None) -> Timing:   # noqa: ARG002 (the timers' common signature)
         chunk = self.chunk(size)
         rounds = max(1, math.ceil(size / (facts.NVLS_CHANNELS * self.per_node * chunk)))
         move = size * self.share / self.rate
