@@ -731,8 +731,9 @@ def _alltoall(topology: Topology, coll: Collective, order: tuple) -> tuple[Sched
     links = {ab: list(zip(r, r[1:])) for ab in pairs if (r := topology.route(*ab)) is not None}
     loads: dict = defaultdict(int)
     paths: dict = {}
+    hops = _Hops(topology, links)
     for ab in sorted(pairs, key=lambda ab: ab not in links):  # direct pairs first, order kept
-        paths[ab] = list(ab) if ab in links else _cheapest_path(topology, links, loads, c, *ab)
+        paths[ab] = list(ab) if ab in links else hops.cheapest(loads, c, *ab)
         for hop in zip(paths[ab], paths[ab][1:]):
             for link in links[hop]:
                 loads[link] += c
@@ -745,28 +746,35 @@ def _alltoall(topology: Topology, coll: Collective, order: tuple) -> tuple[Sched
     return schedule, relayed
 
 
-def _cheapest_path(topology: Topology, links: dict, loads: dict, c: int, a: int, b: int) -> list[int]:
-    """Dijkstra from ``a`` to ``b`` over routed pairs; a hop costs sum over its links of
-    (load + c) / bw. Ties: fewer hops, then the path in rank order."""
-    out: dict = defaultdict(list)
-    for (u, v) in links:
-        out[u].append(v)
-    heap = [(0.0, 0, (a,))]
-    done = set()
-    while heap:
-        cost, hops, path = heapq.heappop(heap)
-        u = path[-1]
-        if u == b:
-            return list(path)
-        if u in done:
-            continue
-        done.add(u)
-        for v in out[u]:
-            if v not in done:
-                step_cost = sum((loads[e] + c) / float(topology.bw(*e)) for e in links[u, v])
-                heapq.heappush(heap, (cost + step_cost, hops + 1, path + (v,)))
-    raise CollsError(f"{METHOD}: no chain of linked GPUs leads from GPU {a} to GPU {b} on "
-                     f"{topology.name}")
+class _Hops:
+    """The routed pairs of :func:`_alltoall` as a graph, for :meth:`cheapest`: each rank's next ranks, and
+    each hop's links with their bandwidths (as floats, once: a relay search looks at every hop)."""
+
+    def __init__(self, topology: Topology, links: dict):
+        self.name = topology.name
+        self.out: dict = defaultdict(list)
+        for (u, v) in links:
+            self.out[u].append(v)
+        self.links = {hop: [(e, float(topology.bw(*e))) for e in es] for hop, es in links.items()}
+
+    def cheapest(self, loads: dict, c: int, a: int, b: int) -> list[int]:
+        """Dijkstra from ``a`` to ``b`` over routed pairs; a hop costs sum over its links of
+        (load + c) / bw. Ties: fewer hops, then the path in rank order."""
+        heap = [(0.0, 0, (a,))]
+        done = set()
+        while heap:
+            cost, hops, path = heapq.heappop(heap)
+            u = path[-1]
+            if u == b:
+                return list(path)
+            if u in done:
+                continue
+            done.add(u)
+            for v in self.out[u]:
+                if v not in done:
+                    step_cost = sum((loads[e] + c) / bw for e, bw in self.links[u, v])
+                    heapq.heappush(heap, (cost + step_cost, hops + 1, path + (v,)))
+        raise CollsError(f"{METHOD}: no chain of linked GPUs leads from GPU {a} to GPU {b} on {self.name}")
 
 
 def _unit(kind: str, n: int) -> int:
