@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from colls import tune  # noqa: E402
+from colls import mscclpp, tune  # noqa: E402
 from colls.collectives import Collective  # noqa: E402
 from colls.errors import CollsError  # noqa: E402
 from colls.inputs import hardware  # noqa: E402
@@ -47,7 +47,7 @@ def case(topo, method: str, kind: str) -> dict:
     except CollsError as e:
         outcome = "refused" if "at most" in str(e) or "limit" in str(e) else "failed"
         return {"outcome": outcome, "why": str(e), "seconds": round(time.perf_counter() - t0, 2)}
-    ops = max(len(tb["ops"]) for g in plan["gpus"] for tb in g["threadblocks"])
+    ops = max(mscclpp.op_count(tb["ops"]) for g in plan["gpus"] for tb in g["threadblocks"])
     return {"outcome": "proved", "modes": ["in-place" if m else "out-of-place" for m in modes],
             "lowered_for": result.target.name, "threadblocks": max(len(g["threadblocks"]) for g in plan["gpus"]),
             "max_ops": ops, "seconds": round(time.perf_counter() - t0, 2)}

@@ -367,7 +367,8 @@ def _write_plan(result, topo, output: str, mode: str, simulate: bool, as_json: b
     text = mscclpp.dumps(plan)
     f = dict(result.facts, target=PLAN_TARGET, plan_name=name, inplace=inplace, outofplace=not inplace,
              proved_calls=[("in-place" if m else "out-of-place") for m in modes],
-             max_ops_per_threadblock=max(len(tb["ops"]) for g in plan["gpus"] for tb in g["threadblocks"]),
+             max_ops_per_threadblock=max(mscclpp.op_count(tb["ops"]) for g in plan["gpus"]
+                                         for tb in g["threadblocks"]),
              min_bytes=plan["min_message_size"], max_bytes=plan["max_message_size"])
     for key in ("model_algbw_gbps", "bound_algbw_gbps", "fraction_of_bound", "simulated_busbw_gbps",
                 "runtime_optimum_pct", "simulated_not_run"):

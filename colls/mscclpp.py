@@ -22,7 +22,8 @@ Mapping (one plan threadblock per XML threadblock, same ids):
   receiver has finished call n).
 - ``depid``/``deps``: one device semaphore (init 0) per dependency; the producer releases it after the
   step, the consumer acquires it before its step. Each is released and acquired once a call (once a slice
-  when pipelined, below).
+  when pipelined, below). A run of nop steps that only wait (the XML waits on one dependency a step) is one
+  ``sem_acquire`` of all their semaphores (:func:`_acquire_runs`).
 - Pipelining (``slice_bytes``, on by default: :data:`colls.runtimes.mscclpp.PIPELINE_UNIT_BYTES`): the data
   movement of each step runs inside a ``pipeline`` op of ``num_chunks`` = the step's chunk count, so the
   executor runs it in slices of ``slice_bytes`` and the next hop forwards slice i while this one sends slice
@@ -152,6 +153,12 @@ def fits(program: Program, topology) -> bool:
     except CollsError:
         return True
     return True
+
+
+def op_count(ops: list) -> int:
+    """A threadblock's ops as MSCCL++ counts them against MAX_OPERATIONS: a pipeline and each op of its body
+    (EP setupOperations stores the body in line)."""
+    return sum(1 + len(op["ops"]) if op["name"] == "pipeline" else 1 for op in ops)
 
 
 class _OverBudget(Exception):
@@ -316,7 +323,7 @@ def _gpu_plan(program: Program, g, conns: dict, chans: dict, scratch_chunks: int
     for tb in sorted(g.tbs, key=lambda t: t.id):
         tbs.append(_tb_plan(g, tb, conns, remote_id, sem_of, releases, slice_bytes, per_slice))
     for t in tbs:
-        n = sum(1 + len(op["ops"]) if op["name"] == "pipeline" else 1 for op in t["ops"])
+        n = op_count(t["ops"])
         if n > rt.MAX_OPERATIONS:
             raise _OverBudget(f"gpu {gid} threadblock {t['id']} needs {n} ops; MSCCL++ runs at most "
                               f"{rt.MAX_OPERATIONS} per threadblock (MAX_OPERATION, execution_common.hpp)")
@@ -350,7 +357,18 @@ def _tb_plan(g, tb, conns: dict, remote_id: dict, sem_of: dict, releases: dict, 
         for _ in range(cin.slots):           # grant every slot for this call
             b.add({"name": "signal", "channel_ids": [index["in"]], "channel_type": cin.ctype}, "t0")
     k_in = k_out = 0
+    runs = _acquire_runs(tb, sem_of, releases)
     for k, st in enumerate(tb.steps):
+        if k in runs:                                   # a run of nops that only wait: their acquires at once
+            ids = runs[k]
+            if b.lane not in (None, "nop"):
+                b.sync()
+            for at in _spread(len(ids)):
+                b.add({"name": "sem_acquire", "semaphore_ids": ids[at[0]:at[1]]}, "all")
+            _release(b, releases.get((tb.id, k + len(ids) - 1)) or [])
+            continue
+        if any(k in range(j, j + len(ids)) for j, ids in runs.items()):
+            continue
         sends, receives, reads, writes, _ = STEP_SEMANTICS[st.type]
         cnt = st.cnt
         piped = _sliced(st, slice_bytes)
@@ -447,6 +465,38 @@ def _tb_plan(g, tb, conns: dict, remote_id: dict, sem_of: dict, releases: dict, 
         "remote_buffer_refs": [{"access_channel_type": ct, "remote_buffer_ids": refs[ct]}
                                for ct in ("memory", "port") if ct in refs],
     }
+
+
+def _acquire_runs(tb, sem_of: dict, releases: dict) -> dict:
+    """Runs of two or more consecutive nop steps that each only acquire a dependency (no step of the run but
+    the last releases one), by first step: their semaphore ids. Such a run is written as one ``sem_acquire``
+    of all its ids (thread i acquires semaphore_ids[i], execution_kernel.hpp handleSemAcquire; at most
+    MAX_SEMAPHORES_PER_OP a op), then the last step's releases: nothing the run's steps do is reordered but
+    their waits, which now overlap. The MSCCL executor waits on one dependency a step, so its lowering writes a
+    threadblock that waits for many (an in-place alltoall's own block, after every send has read it) as that
+    many nops; one op each would take a plan past 64 ops."""
+    runs: dict = {}
+    k, steps = 0, tb.steps
+    while k < len(steps):
+        j = k
+        while j < len(steps) and steps[j].type == "nop" and steps[j].depid is not None and steps[j].depid >= 0 \
+                and (j == k or not releases.get((tb.id, j - 1))):
+            j += 1
+        if j - k >= 2:
+            runs[k] = [sem_of[(steps[x].depid, steps[x].deps, tb.id, x)] for x in range(k, j)]
+            k = j
+        else:
+            k += 1
+    return runs
+
+
+def _spread(n: int) -> list[tuple[int, int]]:
+    """``n`` (at least 2) semaphore ids as ranges of at most MAX_SEMAPHORES_PER_OP, each of at least two (so a
+    reader tells a run's acquires from a single step's, which always has one id)."""
+    per = rt.MAX_SEMAPHORES_PER_OP
+    ops = -(-n // per)
+    cuts = [n * i // ops for i in range(ops + 1)]
+    return list(zip(cuts, cuts[1:]))
 
 
 def _signal(b: _TB, signals: list) -> None:
@@ -876,7 +926,36 @@ def _read_steps(ops: list, cin, cout, in_local, out_local, gpu: int, tb: int, se
             fail("with a remote operand where a local one is written")
         return operand["type"], operand["index"], operand["size"]
 
+    def acquired(s, k):
+        entry = sems.setdefault((gpu, s), [None, None])
+        if entry[1] is not None:
+            fail(f"acquires semaphore {s} twice")
+        entry[1] = (tb, k)
+
+    def released(i, k):                 # the releases after step k's ops; the index after them
+        while i < len(seq) and seq[i]["name"] in ("signal", "sem_release"):
+            if seq[i]["name"] == "signal":
+                i += 1
+                continue
+            for s in seq[i]["semaphore_ids"]:
+                entry = sems.setdefault((gpu, s), [None, None])
+                if entry[0] is not None:
+                    fail(f"releases semaphore {s} twice")
+                entry[0] = (tb, k)
+            i += 1
+        return i
+
     while i < len(seq):
+        if seq[i]["name"] == "sem_acquire" and len(seq[i]["semaphore_ids"]) > 1:
+            ids = []                    # a run of nop steps that only acquire (_acquire_runs)
+            while i < len(seq) and seq[i]["name"] == "sem_acquire" and len(seq[i]["semaphore_ids"]) > 1:
+                ids += seq[i]["semaphore_ids"]
+                i += 1
+            for s in ids:
+                acquired(s, len(steps))
+                steps.append(Step(len(steps), "nop", "i", -1, "o", -1, 0))
+            i = released(i, len(steps) - 1)
+            continue
         k = len(steps)
         acquire = None
         receives = sends = False
@@ -884,7 +963,7 @@ def _read_steps(ops: list, cin, cout, in_local, out_local, gpu: int, tb: int, se
         while i < len(seq) and seq[i]["name"] in ("wait", "sem_acquire"):
             if seq[i]["name"] == "sem_acquire":        # before the waits, or inside the pipeline after the credit's
                 if len(seq[i]["semaphore_ids"]) != 1:
-                    fail("sem_acquire of several semaphores")
+                    fail("sem_acquire of several semaphores in a step that waits or moves data")
                 if acquire is not None:                 # a second one: the first was a nop step's
                     i, receives, sends = acquired_at + 1, False, False
                     break
@@ -915,21 +994,9 @@ def _read_steps(ops: list, cin, cout, in_local, out_local, gpu: int, tb: int, se
                 fail(f"{seq[i]['name']} where a step starts" if i < len(seq) else "at the end")
             step = Step(k, "nop", "i", -1, "o", -1, 0)
         step.s = k
-        while i < len(seq) and seq[i]["name"] in ("signal", "sem_release"):
-            if seq[i]["name"] == "signal":
-                i += 1
-                continue
-            for s in seq[i]["semaphore_ids"]:
-                entry = sems.setdefault((gpu, s), [None, None])
-                if entry[0] is not None:
-                    fail(f"releases semaphore {s} twice")
-                entry[0] = (tb, k)
-            i += 1
+        i = released(i, k)
         if acquire is not None:
-            entry = sems.setdefault((gpu, acquire), [None, None])
-            if entry[1] is not None:
-                fail(f"acquires semaphore {acquire} twice")
-            entry[1] = (tb, k)
+            acquired(acquire, k)
         steps.append(step)
     return steps
 

@@ -267,6 +267,46 @@ def test_mutant_missing_nop_after_wait():
     assert "plan-thread-sync" in rules(plan)
 
 
+def test_many_dependencies_are_acquired_in_one_op():
+    """A threadblock the XML lowering makes wait for many dependencies (the in-place alltoall's own block,
+    after every send has read it: one nop step each) acquires them in one sem_acquire of several ids, each at
+    least two and at most 16, with a nop before the next op; read back, they are the same nop steps."""
+    prog = program(1, "ring", "alltoall")
+    plan = mscclpp.plan_of(prog, topo(1), name="a")
+    runs = [(g["id"], tb["id"], k) for g in plan["gpus"] for tb in g["threadblocks"]
+            for k, op in enumerate(tb["ops"]) if op["name"] == "sem_acquire" and len(op["semaphore_ids"]) > 1]
+    assert runs
+    for gid, tid, k in runs:
+        ops = ops_of(plan, gid, tid)
+        assert 2 <= len(ops[k]["semaphore_ids"]) <= rt.MAX_SEMAPHORES_PER_OP
+        assert ops[k + 1]["name"] in ("nop", "sem_acquire")       # an acquire commutes with acquires
+    for g in prog.gpus:                 # fewer acquire ops than dependencies wherever a run was merged
+        acquires = {tb["id"]: sum(op["name"] == "sem_acquire" for op in flat(tb["ops"]))
+                    for tb in plan["gpus"][g.id]["threadblocks"]}
+        for tb in g.tbs:
+            deps = sum(st.depid is not None and st.depid >= 0 for st in tb.steps)
+            assert acquires[tb.id] < deps if (g.id, tb.id) in {r[:2] for r in runs} else acquires[tb.id] == deps
+    back = mscclpp.program_of(json.loads(mscclpp.dumps(plan)), topo(1), "a.json")
+    assert [[len(tb.steps) for tb in g.tbs] for g in back.gpus] == [[len(tb.steps) for tb in g.tbs] for g in prog.gpus]
+    for inplace in (False, True):
+        assert verify_plan(plan, "alltoall", "<plan>", inplace=inplace).ok
+
+
+def test_mutant_data_op_right_after_a_multi_acquire():
+    """Thread i acquires semaphore_ids[i]: what follows must wait for a nop, or it runs before the other
+    threads' acquires."""
+    plan = json.loads(mscclpp.dumps(mscclpp.plan_of(program(1, "ring", "alltoall"), topo(1), name="m")))
+    gid, tid, k = next((g["id"], tb["id"], k) for g in plan["gpus"] for tb in g["threadblocks"]
+                       for k, op in enumerate(tb["ops"])
+                       if op["name"] == "sem_acquire" and len(op["semaphore_ids"]) > 1)
+    ops = ops_of(plan, gid, tid)
+    assert ops[k + 1]["name"] == "sem_acquire" and ops[k + 2]["name"] == "pipeline"
+    assert ops[k + 2]["ops"][0]["name"] == "nop"
+    ops[k], ops[k + 1] = ops[k + 1], ops[k]         # the step's own acquire first, then the run's
+    del ops[k + 2]["ops"][0]                        # and the copy right after the run's acquire
+    assert rules(plan, "alltoall") == {"plan-thread-sync"}
+
+
 def test_mutant_grants_after_the_first_receive_deadlock():
     """The receiver grants its slots only after its first receive: the sender waits for a credit the
     receiver gives only once it has received, and neither moves."""

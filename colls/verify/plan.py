@@ -222,6 +222,8 @@ def _lane(op) -> str:
     name = op["name"]
     if name in ("nop", "barrier"):
         return "sync"
+    if name == "sem_acquire" and len(op.get("semaphore_ids") or ()) > 1:
+        return "all"            # thread i acquires semaphore_ids[i] (execution_kernel.hpp handleSemAcquire)
     if name in rt.THREAD0_OPS or (name in ("put", "pws", "pwsf") and op.get("channel_type") == "port"):
         return "t0"
     return "all"
@@ -571,12 +573,14 @@ class _Model:
                 ly = _lane(y)
                 yw, yr = _ranges(y.get("dst_buff"), sy), _ranges(y.get("src_buff"), sy)
                 if lx == "all":
-                    if y["name"] in _WAITS + ("sem_acquire",):
+                    if y["name"] in _WAITS + ("sem_acquire",) and x["name"] != "sem_acquire":
                         why = f"{x['name']} runs on all threads right after {y['name']} on thread 0"
                     elif ly == "all" and (_overlap(yw, xw + xr) or _overlap(yr, xw)):
                         why = f"{x['name']} touches chunks {y['name']} accesses, on other threads"
                     elif ly == "t0" and _overlap(yr, xw):
                         why = f"{x['name']} overwrites the source of {y['name']} before thread 0 issued it"
+                elif y["name"] == "sem_acquire" and ly == "all" and x["name"] != "sem_acquire":
+                    why = f"{x['name']} on thread 0 may run before other threads' sem_acquire"
                 elif x["name"] in _SIGNALS + ("sem_release",) and ly == "all":
                     why = f"{x['name']} on thread 0 while other threads may still run {y['name']}"
                 elif x["name"] in ("put", "pws", "pwsf") and ly == "all" and _overlap(yw, xr):
