@@ -269,9 +269,9 @@ def test_mutant_missing_nop_after_wait():
 
 def test_many_dependencies_are_acquired_in_one_op():
     """A threadblock the XML lowering makes wait for many dependencies (the in-place alltoall's own block,
-    after every send has read it: one nop step each) acquires them in one sem_acquire of several ids, each at
-    least two and at most 16, with a nop before the next op; read back, they are the same nop steps."""
-    prog = program(1, "ring", "alltoall")
+    after every send has read it: one nop step each, as milp's alltoall stages them) acquires them in one
+    sem_acquire of several ids, each at least two and at most 16; read back, they are the same nop steps."""
+    prog = program(1, "milp", "alltoall")
     plan = mscclpp.plan_of(prog, topo(1), name="a")
     runs = [(g["id"], tb["id"], k) for g in plan["gpus"] for tb in g["threadblocks"]
             for k, op in enumerate(tb["ops"]) if op["name"] == "sem_acquire" and len(op["semaphore_ids"]) > 1]
@@ -295,7 +295,7 @@ def test_many_dependencies_are_acquired_in_one_op():
 def test_mutant_data_op_right_after_a_multi_acquire():
     """Thread i acquires semaphore_ids[i]: what follows must wait for a nop, or it runs before the other
     threads' acquires."""
-    plan = json.loads(mscclpp.dumps(mscclpp.plan_of(program(1, "ring", "alltoall"), topo(1), name="m")))
+    plan = json.loads(mscclpp.dumps(mscclpp.plan_of(program(1, "milp", "alltoall"), topo(1), name="m")))
     gid, tid, k = next((g["id"], tb["id"], k) for g in plan["gpus"] for tb in g["threadblocks"]
                        for k, op in enumerate(tb["ops"])
                        if op["name"] == "sem_acquire" and len(op["semaphore_ids"]) > 1)

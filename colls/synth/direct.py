@@ -52,11 +52,7 @@ def synthesize(topology: Topology, collective: Collective, **options) -> Schedul
         collective = collective.with_chunks(n * -(-collective.chunks // n))
     routes = _Routes(topology, collective)
     if collective.kind == "alltoall":
-        # the copies out of scratch get the threadblocks the transfers leave (a send and a receive one per
-        # peer, the own block's copy; 90 % of what the GPU and the runtime run at once, as trees' lanes)
-        limit = min(topology.min_sms(), options.get("max_tbs") or topology.min_sms())
-        spare = (9 * limit) // 10 - 2 * (n - 1) - 1
-        ops, scratch = alltoall_ops(collective, routes, copy_lanes=max(1, min(n - 1, spare)))
+        ops, scratch = alltoall_ops(collective, routes, copy_lanes=copy_lanes(topology, n, options.get("max_tbs")))
     else:
         ops, scratch = _BUILDERS[collective.kind](collective, routes), 0
     schedule = Schedule(collective, ops, METHOD, scratch)
@@ -91,6 +87,16 @@ def _allgather(coll: Collective, route) -> list[Op]:
         ops.append(Op(0, r, r, "i", 0, "o", r * c, c))
         ops.extend(Op(1, r, q, "o", r * c, "o", r * c, c, route=route(r, q)) for q in range(n) if q != r)
     return ops
+
+
+def copy_lanes(topology: Topology, n: int, max_tbs: int | None) -> int:
+    """The lanes an alltoall of ``n`` ranks that sends every block straight to its rank gives the copies out
+    of scratch (:func:`alltoall_ops`): the threadblocks the transfers leave (a send and a receive one per
+    peer, the own block's copy) of 90 % of what the GPU and the runtime run at once (as trees' lanes), at
+    least one."""
+    limit = min(topology.min_sms(), max_tbs or topology.min_sms())
+    spare = (9 * limit) // 10 - 2 * (n - 1) - 1
+    return max(1, min(n - 1, spare))
 
 
 def alltoall_ops(coll: Collective, route, step=lambda src, dst: 0,

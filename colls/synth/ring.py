@@ -82,7 +82,7 @@ from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.schedule import Op, Schedule
 from colls.synth.common import checked_route, schedule_facts
-from colls.synth.direct import alltoall_ops
+from colls.synth.direct import alltoall_ops, copy_lanes
 from colls.topology import NIC, Topology
 
 METHOD = "ring"
@@ -708,7 +708,8 @@ def _reduce(ln: _Lane, root: int) -> list[Op]:
     return ops
 
 
-def _alltoall(topology: Topology, coll: Collective, order: tuple) -> tuple[Schedule, int]:
+def _alltoall(topology: Topology, coll: Collective, order: tuple, max_tbs: int | None = None
+              ) -> tuple[Schedule, int]:
     """Alltoall as shifts along the ring order: the block for position p+h leaves at step
     min(h, N-h) - 1, so each step pairs the shifts h and N-h (see
     :func:`colls.synth.direct.alltoall_ops`). A pair without a route is relayed over routed pairs, on
@@ -718,6 +719,11 @@ def _alltoall(topology: Topology, coll: Collective, order: tuple) -> tuple[Sched
     With relays, blocks of several chunks would deadlock when buffers are large (a relay's
     multi-message receive and send wait on each other's FIFO around a cycle of ranks); each chunk
     column then runs on its own lane, the one-chunk schedule replicated (:meth:`Schedule.replicate`).
+    Without relays the blocks a rank stages in scratch (in place, it cannot take them into its output
+    before it has sent what is there) are copied out on lanes of their own, as the direct method does
+    (:func:`colls.synth.direct.copy_lanes`): one threadblock copying N - 2 blocks at its copy rate would
+    take several times as long as the transfers. With relays every lane is already a copy of the whole
+    schedule, and the copies stay on the lane of the transfers.
     """
     n, c = coll.nranks, coll.chunks
     pos = {r: p for p, r in enumerate(order)}
@@ -740,7 +746,8 @@ def _alltoall(topology: Topology, coll: Collective, order: tuple) -> tuple[Sched
     relayed = sum(len(p) > 2 for p in paths.values())
     copies = c if relayed else 1
     one = coll.with_chunks(c // copies)
-    ops, scratch = alltoall_ops(one, topology.route, step, paths)
+    lanes = 0 if relayed else copy_lanes(topology, n, max_tbs)
+    ops, scratch = alltoall_ops(one, topology.route, step, paths, copy_lanes=lanes)
     schedule = Schedule(one, ops, METHOD, scratch).replicate(copies)
     schedule.info.pop("instances", None)  # replicate() notes its copies as --instances: they are not
     return schedule, relayed
@@ -859,7 +866,9 @@ def synthesize(topology: Topology, collective: Collective, *, rings: int | None 
         or five threadblocks of at most 64 steps).
     max_rings : the largest default count to consider (the pipeline lowers it when a program with
         more rings exceeded the target's limits).
-    options : accepted and ignored (the pipeline passes every method the same options).
+    options : ``max_tbs`` (the threadblocks per GPU the target runs) sizes an alltoall's copy lanes
+        (:func:`_alltoall`); the others are accepted and ignored (the pipeline passes every method the same
+        options).
 
     Raises CollsError when the rank count is not the topology's GPU count, ``rings`` is out of range, or
     the fabric has no ring (a needed pair has no route).
@@ -873,7 +882,7 @@ def synthesize(topology: Topology, collective: Collective, *, rings: int | None 
     planner = _Planner(topology)
     if collective.kind == "alltoall":
         ring = planner.ring_sets([1])[1][0]
-        schedule, relayed = _alltoall(topology, collective, ring.order)
+        schedule, relayed = _alltoall(topology, collective, ring.order, options.get("max_tbs"))
         schedule.info.update(_ring_info(topology, [ring]), rings=1, relayed_pairs=relayed)
         schedule.info.update(schedule_facts(schedule, topology))
         if rings not in (None, 1):
