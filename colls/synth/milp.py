@@ -397,12 +397,16 @@ class _Builder:
         order = sorted(sol.sends, key=lambda s: (s[3], s[4], s[0], s[1], s[2]))
         where: dict = {}
         transit: dict = {r: 0 for r in range(n)}
-        seen: dict = {}
         hops: dict = {}
+        before: dict = {}                   # chunk -> how many equal chunks come before it
+        rank_of: list = []                  # chunk index -> j: its place among the chunks equal to it
+        for chunk in problem.chunks:
+            rank_of.append(before.get(chunk, 0))
+            before[chunk] = rank_of[-1] + 1
         for k, (ch, u, v, _, _) in enumerate(order):
             chunk = problem.chunks[ch]
             q, (b,) = chunk.src, tuple(chunk.dests)
-            j = seen.setdefault(ch, sum(1 for d in range(ch) if problem.chunks[d] == chunk))
+            j = rank_of[ch]
             src = where.get(ch, ("i", b * c + j))
             if v == b:
                 dst = ("s", q * c + j)

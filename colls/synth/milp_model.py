@@ -68,6 +68,9 @@ class Problem:
     any_path: bool = False                      # multicast over every connection, not shortest paths
     unit_us: float = 1.0
     notes: list = field(default_factory=list)
+    # (chunk owner, relay) -> each rank's next ranks over the connections allowed to such a chunk, in the
+    # connections' order: the same for every chunk of one owner, so made once (:meth:`_out`)
+    _outs: dict = field(default_factory=dict, repr=False, compare=False)
 
     def node(self, rank: int) -> int:
         return rank // self.gpus_per_node
@@ -79,14 +82,23 @@ class Problem:
             return conn.sender in self.senders_of[chunk.owner]
         return True
 
+    def _out(self, chunk: Chunk, relay: bool) -> dict:
+        """Each rank's next ranks over the connections :meth:`allowed` for ``chunk`` (they depend on its
+        owner only)."""
+        key = (chunk.owner, relay)
+        if key not in self._outs:
+            out = defaultdict(list)
+            for (u, v) in self.conns:
+                if self.allowed(chunk, u, v, relay):
+                    out[u].append(v)
+            self._outs[key] = out
+        return self._outs[key]
+
     def candidates(self, chunk: Chunk, relay: bool = True) -> list:
         """The connections on hop-shortest paths from the chunk's source to its destinations (TACCL's
         shortest-path sets; every connection with ``any_path``), in a deterministic order; [] if a
         destination cannot be reached."""
-        out = defaultdict(list)
-        for (u, v) in self.conns:
-            if self.allowed(chunk, u, v, relay):
-                out[u].append(v)
+        out = self._out(chunk, relay)
         dist = _bfs(out, chunk.src)
         if any(d not in dist for d in chunk.dests):
             return []
@@ -105,12 +117,12 @@ class Problem:
 
     def unreachable(self, relay: bool = True) -> tuple | None:
         """(chunk, a rank it cannot reach) for the first chunk some destination of which is cut off."""
+        reached: dict = {}                 # (owner, source) -> the ranks such a chunk reaches
         for chunk in self.chunks:
-            out = defaultdict(list)
-            for (u, v) in self.conns:
-                if self.allowed(chunk, u, v, relay):
-                    out[u].append(v)
-            dist = _bfs(out, chunk.src)
+            key = (chunk.owner, chunk.src)
+            if key not in reached:
+                reached[key] = _bfs(self._out(chunk, relay), chunk.src)
+            dist = reached[key]
             for d in sorted(chunk.dests):
                 if d not in dist:
                     return chunk, d
