@@ -181,10 +181,14 @@ def chunk_map(problem: Problem, perm: list) -> dict | None:
             return None
     if problem.senders_of is not None:
         inter = [(u, v) for (u, v), conn in problem.conns.items() if conn.inter]
+        checked = set()             # (owner, image's owner) pairs already found alike: allowed() reads only these
         for i, c in enumerate(problem.chunks):
             d = problem.chunks[out[i]]
+            if (c.owner, d.owner) in checked:
+                continue
             if any(problem.allowed(c, u, v) != problem.allowed(d, perm[u], perm[v]) for u, v in inter):
                 return None
+            checked.add((c.owner, d.owner))
     return out
 
 
@@ -429,11 +433,18 @@ def _inverse(g) -> list:
 def _shares_times(problem: Problem, group: list, cands: dict) -> bool:
     """Whether symmetric transfers may share their times: no group element maps a candidate
     connection onto one that shares a physical link with it (they would collide)."""
+    edges = sorted({e for es in cands.values() for e in es})     # many chunks share candidate connections
+    links: dict = {}
+
+    def of(u, v) -> frozenset:
+        if (u, v) not in links:
+            links[u, v] = frozenset(problem.conns[u, v].links)
+        return links[u, v]
+
     for g in group[1:]:
-        for edges in cands.values():
-            for (u, v) in edges:
-                if set(problem.conns[u, v].links) & set(problem.conns[g[u], g[v]].links):
-                    return False
+        for (u, v) in edges:
+            if of(u, v) & of(g[u], g[v]):
+                return False
     return True
 
 
