@@ -61,6 +61,8 @@ CASES = [
     ("compile-all-mi250x2", "mi250", 2, "compile", "all", 60.0),
     ("compile-all-dgx2x2", "dgx2", 2, "compile", "all", 60.0),
     ("compile-all-dgx-a100x4", "dgx-a100", 4, "compile", "all", 60.0),
+    # at scale: 16 x dgx-a100, 128 GPUs (issue: under 120 s)
+    ("compile-all-dgx-a100x16", "dgx-a100", 16, "compile", "all", 120.0),
 ]
 
 
