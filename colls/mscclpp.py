@@ -358,16 +358,16 @@ def _tb_plan(g, tb, conns: dict, remote_id: dict, sem_of: dict, releases: dict, 
             b.add({"name": "signal", "channel_ids": [index["in"]], "channel_type": cin.ctype}, "t0")
     k_in = k_out = 0
     runs = _acquire_runs(tb, sem_of, releases)
+    in_run = {k + i for k, ids in runs.items() for i in range(1, len(ids))}     # written with the run's first
     for k, st in enumerate(tb.steps):
         if k in runs:                                   # a run of nops that only wait: their acquires at once
             ids = runs[k]
-            if b.lane not in (None, "nop"):
-                b.sync()
+            b.sync()
             for at in _spread(len(ids)):
                 b.add({"name": "sem_acquire", "semaphore_ids": ids[at[0]:at[1]]}, "all")
             _release(b, releases.get((tb.id, k + len(ids) - 1)) or [])
             continue
-        if any(k in range(j, j + len(ids)) for j, ids in runs.items()):
+        if k in in_run:
             continue
         sends, receives, reads, writes, _ = STEP_SEMANTICS[st.type]
         cnt = st.cnt
