@@ -33,6 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 POINTS = HERE / "published.yaml"
+EXPLAINED = HERE / "explained.yaml"
 OUT = HERE / "CALIBRATION.md"
 JSON_OUT = HERE / "calibration.json"
 MARGINS = HERE.parent / "colls" / "runtimes" / "calibration.py"
@@ -163,6 +164,17 @@ def _timed_group(key, sizes, tmpdir):
     return key, out
 
 
+def explanations() -> list[dict]:
+    """The explanations of points outside their band (bench/explained.yaml)."""
+    return yaml.safe_load(EXPLAINED.read_text())["explanations"]
+
+
+def explanation_of(point_id: str, notes: list[dict]) -> dict | None:
+    """The first explanation naming ``point_id`` (fnmatch patterns), or None."""
+    from fnmatch import fnmatchcase
+    return next((e for e in notes if any(fnmatchcase(point_id, pat) for pat in e["points"])), None)
+
+
 def _profiles() -> dict:
     root = HERE.parent / "hardware"
     return {p.stem: yaml.safe_load(p.read_text()) for p in root.glob("*.yaml")}
@@ -211,6 +223,7 @@ def main() -> None:
         else:
             results = dict(map(_run_group, work))
     rows, data = [], []
+    notes, used = explanations(), set()
     for p in points:
         reason = next((r for q, r in skipped if q is p), None)
         entry = {"id": p["id"], "source": p["source"], "bytes": p["bytes"], "collective": p["collective"]}
@@ -238,6 +251,10 @@ def main() -> None:
         (lo, hi), band_name = band(size)
         ok = lo <= ratio <= hi
         entry.update(model=m, ratio=ratio, within=ok, band=band_name, launch=launch_of(p))
+        note = None if ok else explanation_of(p["id"], notes)
+        if note:
+            entry["explained"] = note["id"]
+            used.add(note["id"])
         data.append(entry)
         rows.append((p, m, what, ratio, ok, band_name, lo, hi))
     info = machine()
@@ -261,8 +278,11 @@ def main() -> None:
         lines.append(f"| {name} ({lo:g}-{hi:g}) | {ok} | {n} |")
     total_ok = sum(c[0] for c in counts.values())
     total = sum(c[1] for c in counts.values())
-    lines += ["", f"{total_ok} of {total} modelled points are within their band; {len(skipped)} points are not "
-              "modelled (listed at the end, with why).", "",
+    explained = sum(1 for e in data if e.get("explained"))
+    lines += ["", f"{total_ok} of {total} modelled points are within their band, {explained} more are outside it "
+              f"for a reason given below (what the model leaves out, and why it is not fitted), "
+              f"{total - total_ok - explained} are outside it unexplained; {len(skipped)} points are not modelled "
+              "(listed at the end, with why).", "",
               "Error by band (model / published): the geometric mean and the worst on each side; `colls compile` "
               "takes its margin from the larger of the mean error and the typical (median) error of the band.", "",
               "| band | points | geometric mean | median abs. log error | lowest | highest |", "|---|---|---|---|---|---|"]
@@ -282,15 +302,31 @@ def main() -> None:
         ran = f"{m['algorithm']} {m['protocol']} {m['channels']}ch"
         forced = f" ({p['forced']})" if p.get("forced") else ""
         lines.append(f"| {p['id']} | {machine_text} | {p['collective']} | {size_text(int(p['bytes']))} | {what} | "
-                     f"{ratio:.2f} | {lo:g}-{hi:g} | {'yes' if ok else 'NO'} | {ran}{forced} | {launch_of(p)} | "
-                     f"{p['source']} ({p['runtime']}) |")
-    lines += ["", "## Points not modelled", "", "| point | why | source |", "|---|---|---|"]
+                     f"{ratio:.2f} | {lo:g}-{hi:g} | {_within_text(p, ok, notes)} | {ran}{forced} | "
+                     f"{launch_of(p)} | {p['source']} ({p['runtime']}) |")
+    lines += ["", "## Points outside their band, explained", ""]
+    for note in notes:
+        ids = [e["id"] for e in data if e.get("explained") == note["id"]]
+        state = f"points: {', '.join(ids)}" if ids else "stale: every point it names is now within its band"
+        lines += [f"### {note['id']}", "", state, "", f"*Left out.* {note['leaves_out']}", "",
+                  f"*Why it is not fitted.* {note['why_not']}", ""]
+    lines += ["## Points not modelled", "", "| point | why | source |", "|---|---|---|"]
     for p, reason in skipped:
         lines.append(f"| {p['id']} | {reason} | {p['source']} |")
     OUT.write_text("\n".join(lines) + "\n")
     _write_margins(rows)
     JSON_OUT.write_text(json.dumps({"machine": info, "points": data}, indent=1, sort_keys=True) + "\n")
-    print(f"{total_ok} of {total} within their band; wrote {OUT} and {JSON_OUT}")
+    stale = [n["id"] for n in notes if n["id"] not in used]
+    print(f"{total_ok} of {total} within their band, {explained} explained, {total - total_ok - explained} "
+          f"unexplained{'; stale explanations: ' + ', '.join(stale) if stale else ''}; wrote {OUT} and {JSON_OUT}")
+
+
+def _within_text(p: dict, ok: bool, notes: list[dict]) -> str:
+    if ok:
+        return "yes"
+    note = explanation_of(p["id"], notes)
+    return f"no, explained: [{note['id']}](#{note['id']})" if note else "NO"
+
 
 
 if __name__ == "__main__":

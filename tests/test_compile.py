@@ -263,10 +263,11 @@ def test_dgx_a100_two_nodes_files_take_only_what_they_win_and_explain(tmp_path):
 
 
 def test_the_runtime_keeps_what_no_file_wins(tmp_path):
-    """Allreduce on 2 x DGX A100: NCCL's double binary tree is modelled faster than the trees files by more
-    than the margin, so no file is written and explain says NCCL's own algorithm runs."""
+    """Allreduce on 2 x DGX H100: NCCL's tree (small calls) and NVLS-tree (large ones) are modelled faster
+    than the trees files by more than the margin, so no file is written and explain says NCCL's own
+    algorithm runs."""
     out = tmp_path / "algos"
-    proc = run("compile", "--hardware", "dgx-a100", "--nodes", "2", "--collective", "allreduce", "--methods",
+    proc = run("compile", "--hardware", "dgx-h100", "--nodes", "2", "--collective", "allreduce", "--methods",
                "trees", "--sizes", "1KB,1GB", "-o", str(out), "--json", "--quiet")
     assert proc.returncode == 0, proc.stderr
     ranges = json.loads(proc.stdout)["collectives"][0]["ranges"]

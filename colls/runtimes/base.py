@@ -38,6 +38,12 @@ class Target:
     single_node_ring_copies: tuple = ()   # (GPU model, copies) when every rank is on one node
     # a user's budget of threadblocks per GPU (--max-threadblocks), already folded into max_tbs; None: none
     tbs_budget: int | None = None
+    # the threads of one of its own collective kernel's blocks, per protocol (comm->maxThreads): with the bytes
+    # each thread must have (colls.runtimes.nccl.THREAD_THRESHOLDS) they set how many channels a call uses
+    coll_threads: tuple = (("LL", 512), ("LL128", 640), ("Simple", 512))
+    # its channels on several nodes follow NCCL's topology search (colls.runtimes.nccl.net_channels); False:
+    # not checked against its source, the model takes the fastest channel count
+    net_search: bool = True
 
     def coll_name(self, kind: str) -> str:
         """How this runtime spells a collective in the `coll` attribute."""

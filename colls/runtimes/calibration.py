@@ -10,9 +10,9 @@ from __future__ import annotations
 
 # (smallest size in bytes, band, typical error, points) -- largest band first
 BANDS = (
-    (16 << 20, '16 MB and above', 0.042, 66),
-    (64 << 10, '64 KB to 16 MB', 0.267, 36),
-    (0, 'below 64 KB', 0.173, 54),
+    (16 << 20, '16 MB and above', 0.033, 70),
+    (64 << 10, '64 KB to 16 MB', 0.184, 38),
+    (0, 'below 64 KB', 0.169, 54),
 )
 
 

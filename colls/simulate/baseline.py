@@ -34,6 +34,7 @@ from colls.verify.execution import max_allowed_count
 from colls.simulate.symmetry import per_list
 from colls.runtimes.costs import DEFAULT_LAUNCH, model_for
 from colls.runtimes import get_target
+from colls.runtimes import nccl as nccl_facts
 
 # A configuration is not simulated when its lower bound shows it cannot beat the best found by more than
 # this fraction: the result is within 0.1 % of the model's best (40 times less than the smallest error the
@@ -63,9 +64,10 @@ class Fastest:
     """
 
     def __init__(self, topology, kind: str, entries, *, native: bool = False, target: str = "exe",
-                 protocols=PROTOCOL_ORDER, launch: str = DEFAULT_LAUNCH):
+                 protocols=PROTOCOL_ORDER, launch: str = DEFAULT_LAUNCH, channel_cap=None):
         self.topology, self.kind, self.native, self.target = topology, kind, native, target
         self.launch = launch
+        self.channel_cap = channel_cap          # (size, protocol) -> the most ``channels`` a call may use
         self.protocols = tuple(protocols)
         self.entries = []                       # (extra, Simple program, Machine, loads)
         for extra, program, machine in entries:
@@ -86,6 +88,8 @@ class Fastest:
             if not self.native and served(program, self.kind, size, target=self.target):
                 continue                # the runtime would not run this program for the size (at any protocol)
             for order, proto in enumerate(self.protocols):
+                if self.channel_cap and extra["channels"] > self.channel_cap(size, proto):
+                    continue            # the runtime runs a call this small on fewer channels
                 model = model_for(proto, self.topology.gpu_model(), launch=self.launch)
                 lb = lower_bound(loads, model, size, program.nchunksperloop or 1, machine.message_bytes(proto, size))
                 candidates.append((lb, index, order, False, proto, model))
@@ -151,7 +155,13 @@ class Baseline:
         tgt = get_target(target)
         sms = topology.min_sms()
         top = min(MAX_BASELINE_CHANNELS, tgt.max_channels)
+        if algorithm in ("ring", "tree") and kind != "alltoall":
+            # on several nodes the network sets the runtime's channels (its topology search); on one node
+            # the fastest count up to MAX_BASELINE_CHANNELS stands for it
+            top = min(top, defaults.runtime_channels(topology, tgt) or top)
         counts = [1 << i for i in range(top.bit_length()) if 1 << i <= top]
+        if top not in counts:
+            counts.append(top)
         entries = []
         last_error = None
         if algorithm == "ring" and kind in defaults.NATIVE_RING and topology.ngpus > 1:
@@ -185,8 +195,12 @@ class Baseline:
                 entries.append(({"channels": channels}, program, None))
         if not entries:
             raise CollsError(f"NCCL's {algorithm} cannot be modelled here: {last_error}", key="--baseline")
+        cap = None
+        if algorithm in ("ring", "tree") and kind != "alltoall":      # alltoall: p2p channels of its own
+            cap = _channel_cap(algorithm, topology.ngpus, max(e[0]["channels"] for e in entries),
+                               dict(tgt.coll_threads))
         self.fastest = Fastest(topology, kind, entries, native=True, target=target, launch=launch,
-                               protocols=protocols)
+                               protocols=protocols, channel_cap=cap)
 
     @property
     def label(self) -> str:
@@ -199,6 +213,17 @@ class Baseline:
         if timing is not None:
             timing.label = self.label
         return timing
+
+
+def _channel_cap(algorithm: str, nranks: int, top: int, threads: dict):
+    """The most channels (of the baseline's programs) the runtime runs a call on, by its per-call rule
+    (:func:`colls.runtimes.nccl.call_channels`). A tree program's channel is a pair of trees, NCCL's
+    channels ``c`` and ``c + nChannels``: two of the runtime's channels."""
+    per = 2 if algorithm == "tree" else 1
+
+    def cap(size: int, proto: str) -> int:
+        return max(1, nccl_facts.call_channels(size, algorithm, proto, nranks, top * per, threads) // per)
+    return cap
 
 
 def _loads(machine) -> tuple:

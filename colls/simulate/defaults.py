@@ -89,11 +89,13 @@ Where these programs differ from NCCL
   the parent and the children on two GPUs near the NIC) and tries the simpler ``SPLIT_TREE`` and
   ``TREE`` when it finds no channel (``ncclTopoCompute``, "Try a simpler tree"); these programs use
   ``TREE`` (one GPU per node and channel talks to the network).
-- Tree groups: NCCL splits one block's threads between the up and down groups (Simple: half each, LL and
-  LL128: 70 % up); the model gives each group a whole threadblock's copy rate, and a group with several
-  peers moves each peer's bytes at that rate in parallel.
-- Chunking: NCCL chooses the number of channels per call size (``src/graph/tuning.cc``); here the
-  baseline takes the fastest count. The ring's messages are a file's (a Simple message of four slots, two
+- Tree groups: NCCL splits one block's threads between the up and down groups (Simple: 384 and 256 of
+  640, LL and LL128: 70 % up); the model gives each group that share of a threadblock's copy rate (the rate
+  taken as proportional to the threads), and a group with several peers moves each peer's bytes at that
+  rate in parallel. RCCL's split is taken to be NCCL's (not checked against its source).
+- Channels: on several nodes the runtime's channels are those its topology search finds through the NICs
+  (:func:`runtime_channels`); on one node the baseline takes the fastest count up to 32. Each call then
+  runs on as many of them as NCCL's per-call rule gives (:func:`colls.runtimes.nccl.call_channels`). The ring's messages are a file's (a Simple message of four slots, two
   in flight), where NCCL's ring moves slices of two slots, four in flight.
 - Alltoall: NCCL's point-to-point scheduler spreads peers over channels per round; here every channel
   carries a slice of every pair's block.
@@ -228,6 +230,30 @@ def searched_rings(topology: Topology, tgt: Target, channels: int) -> int:
     if len(_nodes(topology)) == 1:
         copies = dict(tgt.single_node_ring_copies).get(topology.gpu_model(), copies)
     return max(1, channels // copies)
+
+
+def runtime_channels(topology: Topology, tgt: Target) -> int | None:
+    """``comm->nChannels`` of the runtime's ring and tree on ``topology`` when the network sets it (several
+    nodes, a runtime whose search is NCCL's: :func:`colls.runtimes.nccl.net_channels`, from the NICs of one
+    node and the GPUs' paths to them), else None: on one node the search follows the NVLink or xGMI fabric,
+    and the model takes the fastest channel count."""
+    from colls.runtimes.costs import family_of
+    nodes = _nodes(topology)
+    if len(nodes) < 2 or not tgt.net_search:
+        return None
+    g = topology.graph
+    home = set(nodes[0])
+    paths = []
+    for v in topology.vertices():
+        if topology.kind(v) != NIC or topology.node_of(v) != 0:
+            continue
+        into = [float(g.edges[u, v]["bw"]) for u in g.predecessors(v) if u in home]
+        out = [float(g.edges[v, w]["bw"]) for w in g.successors(v) if topology.node_of(w) != 0]
+        if into and out:
+            paths.append(min(max(into), max(out)))
+    if not paths:
+        return None
+    return nccl_facts.net_channels(paths, family_of(topology.gpu_model()).name == "Hopper", tgt.ring_copies)
 
 
 def _all_switched(topology: Topology, group: list[int]) -> bool:
@@ -566,17 +592,26 @@ def tree_machine(topology: Topology, channels: int, proto: str = "Simple",
     """NCCL's tree allreduce with ``channels`` pairs of trees laid out for the engine (:func:`_tree_groups`):
     the Program's header (no GPUs) and the Machine, its messages cut as NCCL cuts a tree's
     (:func:`colls.runtimes.nccl.tree_chunk_bytes`: one slot of the connection's buffer each, eight in
-    flight). Each group moves a message to or from each of its peers at a threadblock's copy rate, in
-    parallel (NCCL splits one block's threads between the up and down groups; the model gives each a whole
-    threadblock's rate, as the file the tree was modelled by before did)."""
+    flight). Each group moves a message to or from each of its peers in parallel, at its share of the
+    block's threads times a threadblock's copy rate (:func:`colls.runtimes.nccl.tree_up_share`: NCCL splits
+    one block's threads between the up and down groups); a root's block, one primitive on all its threads,
+    at the whole rate."""
     from colls.simulate.engine import Machine, step_tuples
     tgt = get_target(target)
     head = Program(f"nccl-tree-allreduce-{topology.name.replace(' ', '')}", tgt.coll_name("allreduce"),
                    topology.ngpus, 2 * channels, 2 * channels, proto, 1, 1, 0, 0, [])
     shared = {kind: step_tuples([Step(0, kind, cnt=1)]) for kind in ("rrcs", "rrs", "s", "rcs", "r")}
-    heads = sorted(((rank, g, shared[kind]) for rank, g, kind in _tree_groups(topology, channels)),
-                   key=lambda h: (h[0], h[1].id))
+    groups = list(_tree_groups(topology, channels))
+    heads = sorted(((rank, g, shared[kind]) for rank, g, kind in groups), key=lambda h: (h[0], h[1].id))
     machine = Machine.from_threadblocks(head, topology, "allreduce", heads)
+    # each group copies at its share of the block's threads (a root's block: all of them, one primitive)
+    role = {(rank, g.id): kind for rank, g, kind in groups}
+    threads = dict(tgt.coll_threads)
+    machine.tb_scale = {}
+    for proto in PROTOCOLS:
+        up = nccl_facts.tree_up_share(proto, threads)
+        share = {"rrcs": 1.0, "rrs": up, "s": up, "rcs": 1.0 - up, "r": 1.0 - up}
+        machine.tb_scale[proto] = [share[role[rank, gid]] for rank, gid, _ in machine.tbs]
     nnodes, n = len(_nodes(topology)), topology.ngpus
     machine.chunk_steps = nccl_facts.TREE_CHUNK_STEPS
     machine.chunk_rule = lambda proto, size, eff: nccl_facts.tree_chunk_bytes(proto, size, 2 * channels, n, nnodes,

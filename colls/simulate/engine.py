@@ -166,6 +166,9 @@ class Machine:
         # cuts otherwise (NCCL's tree, colls.simulate.defaults.tree_machine)
         self.chunk_steps: int | None = None      # slots of the connection's buffer a Simple message takes
         self.chunk_rule = None                   # (proto, call bytes, message bytes) -> message bytes
+        # per protocol, each threadblock's share of a whole block's copy rate (a group of a block's threads,
+        # as NCCL's tree runs them: colls.simulate.defaults.tree_machine); None: every block copies whole
+        self.tb_scale: dict | None = None
 
     def message_bytes(self, proto: str | None, size: float, buffsize: int | None = None) -> int:
         """The data bytes of one message of one chunk at most, for a call of ``size`` bytes."""
@@ -280,8 +283,9 @@ class _Run:
         self.net_us = model.net_step_us
         self.wire = 1.0 / model.data_fraction
         T, C = len(m.tbs), len(m.conn_key)
-        self.tb_cap = ([model.tb_gbps * 1000.0 for _ in range(T)] if model.tb_gbps
-                       else [c * model.tb_factor for c in m.tb_cap])
+        share = [1.0] * T if m.tb_scale is None else (m.tb_scale.get(proto) or m.tb_scale["Simple"])
+        self.tb_cap = ([model.tb_gbps * 1000.0 * f for f in share] if model.tb_gbps
+                       else [c * model.tb_factor * f for c, f in zip(m.tb_cap, share)])
         self.it, self.pc, self.k = [0] * T, [0] * T, [0] * T
         self.busy = [False] * T
         self.flows_left = [0] * T                       # a sending message's flows still moving
