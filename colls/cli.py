@@ -625,7 +625,7 @@ BASELINES = ("nccl", "nccl-ring", "nccl-tree", "nccl-nvls")
               help="Also time what the runtime of --target runs by itself on this machine: 'nccl' its default "
                    "(the fastest of its algorithms at each size: ring, tree for allreduce, NVLS on NVSwitch "
                    "Hopper nodes; alltoall as grouped sends), or one algorithm forced like NCCL_ALGO; each at its "
-                   "best protocol and channel count.")
+                   "best protocol, on the channels NCCL gives a call of that size.")
 @click.option("--collective", type=Choice(KINDS), default=None,
               help="The collective of --baseline when no FILE is given.")
 @click.option("--root", type=Whole(0, MAX_NODES * MAX_COPIES), default=None,

@@ -5,8 +5,8 @@ schedule once; each is lowered again with 1, 2, 4 and 8 independent copies (``--
 copies get channels of their own and the target loads the result, and every copy count runs at each
 protocol (LL, LL128, Simple). The simulator (:mod:`colls.simulate`) times the fastest of those per method at every call size (the search skips a
 configuration only when a proven lower bound shows it cannot win by more than 0.1 %, :class:`colls.simulate.baseline.
-Fastest`), and times NCCL's own ring (and, for allreduce, its tree) at its best protocol and channel
-count. At each size the winner is the fastest file, unless the runtime's own algorithm is within the
+Fastest`), and times NCCL's own ring (and, for allreduce, its tree) at its best protocol, on the channels
+NCCL's per-call rule gives. At each size the winner is the fastest file, unless the runtime's own algorithm is within the
 model's measured error in that size band (:func:`colls.runtimes.calibration.margin`, from the comparison with
 published runs in bench/CALIBRATION.md) of it: then no file claims the size and the runtime keeps it
 ("NCCL's own"). The runtime's algorithms are timed first, so a method is simulated at a size only as

@@ -2,10 +2,13 @@
 engine.
 
 NCCL picks its protocol per call with its tuning model, and uses fewer channels for small calls. This
-baseline gives NCCL the best of both under the simulator's model: at every size, the fastest of
-LL, LL128 and Simple with 1, 2, 4, ... up to :data:`MAX_BASELINE_CHANNELS` channels (as many as the
-target and the GPU's SMs allow). It is an optimistic reference (NCCL's tuner does not always find the
-best), so a file that beats it beats what NCCL does by itself in this model.
+baseline gives NCCL the best protocol under the simulator's model: at every size, the fastest of LL, LL128
+and Simple, each with 1, 2, 4, ... channels up to the most NCCL's per-call rule gives a call of that size
+(:func:`colls.runtimes.nccl.call_channels`) and the communicator has (on several nodes what its topology
+search finds through the NICs, :func:`colls.simulate.defaults.runtime_channels`; on one node up to
+:data:`MAX_BASELINE_CHANNELS`, as many as the target and the GPU's SMs allow). It is an optimistic reference
+(NCCL's tuner does not always find the best), so a file that beats it beats what NCCL does by itself in this
+model.
 
 A configuration is skipped without simulating it only when it provably cannot win by more than 0.1 %
 (:data:`TOLERANCE`): its time is at least the launch cost plus the larger of its busiest link's wire bytes
@@ -204,7 +207,7 @@ class Baseline:
 
     @property
     def label(self) -> str:
-        return f"NCCL {self.algorithm} (best protocol and channels)"
+        return f"NCCL {self.algorithm} (best protocol; channels by NCCL's per-call rule)"
 
     def time(self, size: int, bound=None, beat: float | None = None) -> Timing | None:
         """The fastest protocol and channel count at ``size``; ``extra`` says which. ``beat``: as in
@@ -402,7 +405,7 @@ class RuntimeDefault:
     """What the runtime of ``target`` runs by itself for ``kind`` at each size: the fastest, in the model, of
     the algorithms its tuner chooses among (:attr:`colls.runtimes.base.Target.algorithms`: ring, tree for
     allreduce, NVLS on NVSwitch Hopper nodes; alltoall is grouped sends, :func:`colls.simulate.defaults.
-    nccl_program`), each at its best protocol and channel count. NCCL's tuner aims at the fastest by its
+    nccl_program`), each at its best protocol, on the channels a call of the size gets. NCCL's tuner aims at the fastest by its
     own estimate; taking the model's fastest makes this the runtime at its best, so a file that beats it
     beats what the runtime does by itself.
 
@@ -456,7 +459,7 @@ class RuntimeDefault:
     @property
     def label(self) -> str:
         if len(self.algorithms) == 1:
-            return f"{self.target.runtime} {self.algorithms[0]} (best protocol and channels)"
+            return f"{self.target.runtime} {self.algorithms[0]} (best protocol; channels by the per-call rule)"
         return f"{self.target.runtime} default ({', '.join(self.algorithms)}: the fastest at each size)"
 
     def pick(self, timings: list) -> Timing:
