@@ -33,9 +33,11 @@ What the lowering guarantees (and :mod:`colls.verify` then proves on the result)
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import networkx as nx
 
@@ -58,6 +60,9 @@ class LowerOptions:
     name: str | None = None
     sms: int | None = None  # threadblocks per GPU must not exceed this (all resident at once)
     shape: tuple = (0, 0)   # the machine's node-major layout (Topology.node_major): peers ordered by offset
+    # a limit the step count only approximates (MSCCL++'s ops per threadblock): the threadblocks of a program
+    # it refuses, as (gpu, tb id); their connections are cut onto more channels, then every threadblock
+    fits: Callable[[Program], list] | None = field(default=None, compare=False)
 
 
 @dataclass(eq=False)
@@ -110,65 +115,134 @@ def lower(schedule: Schedule, target: Target, options: LowerOptions | None = Non
         if base * nseg > target.max_channels:
             break
         lane_chan = {lane: (k % base) * nseg for k, lane in enumerate(lanes)}
-        ops, anchor, scratch = _segment(all_ops, nseg, nsteps, schedule.scratch)
-        keys = {id(op): (op.step, i) for i, op in enumerate(ops)}
-
-        def chan_of(op: Op, nseg=nseg, lane_chan=lane_chan) -> int:
-            return lane_chan[op.lane] + min(nseg - 1, anchor[id(op)] * nseg // nsteps)
-
-        least = _least_steps(ops, chan_of)
-        if least > target.max_steps:  # no threadblock layout can fit: try more segments at once
-            last_error = (f"{schedule.method} {schedule.collective.kind}: needs at least {least} steps "
-                          f"in one threadblock; {target.name} allows {target.max_steps}")
-            continue
-
-        no_fuse = set()  # keyed by the ids of this segmentation's ops
-        forwards = _forward_candidates(ops, schedule.collective)
+        # connections cut at steps (channel c's part k on channel c + k x base x nseg): where a limit the
+        # steps only approximate (options.fits) refuses a threadblock, the connections it uses are cut in
+        # more parts, each on a channel of its own, before every threadblock is cut (the next nseg)
+        cuts: dict = {}
         while True:
-            try:
-                instrs = _instructions(ops, keys, chan_of, no_fuse, forwards, options.shape)
-            except CollsError:
-                if base == len(lanes):
-                    raise
-                raise LimitError(
-                    f"{schedule.method} {schedule.collective.kind}: {len(lanes)} lanes (rings, trees or "
-                    f"instances) split into {nseg} step segments of at most {target.max_steps} steps "
-                    f"need {len(lanes) * nseg} channels; {target.name} allows {target.max_channels}; "
-                    f"try fewer --rings, --instances or --chunks"
-                    + ("" if target.name == "old" else ", or --target old")) from None
-            tbs, bad = _threadblocks(instrs, options.shape)
-            if not bad:
-                _dependencies(instrs, schedule.collective)
-                bad = _order(tbs)
-            if not bad:
-                bad = _wait_cycles(instrs, tbs, fifo_messages(options.proto))
-            if not bad:
+            program, last_error, over = _lower_once(schedule, target, options, all_ops, nseg, nsteps, base,
+                                                    lane_chan, cuts, limit_tbs)
+            if program is not None and not over:
+                return program
+            if not over or not _cut_more(cuts, over, all_ops, nseg, nsteps, base, lane_chan, target):
                 break
-            if bad <= no_fuse:
-                raise AssertionError("lowering could not resolve a fusion conflict")
-            no_fuse |= bad
-        program = _assemble(schedule, tbs, options, target, scratch)
-        steps, tbmax = program.max_steps(), program.max_tbs()
-        if tbmax > limit_tbs:
-            what = f"the GPU's {options.sms} SMs" if options.sms and options.sms < target.max_tbs \
-                else f"--max-threadblocks {target.tbs_budget}" if target.tbs_budget == target.max_tbs \
-                else f"the target's {target.max_tbs}"
-            raise LimitError(f"{schedule.method} {schedule.collective.kind}: needs {tbmax} threadblocks "
-                             f"per GPU, more than {what} (threadblocks must all be resident); try fewer "
-                             f"--instances or --chunks, or another --method")
-        per_chan = _max_tbs_per_channel(program)
-        if target.max_tbs_per_channel and per_chan > target.max_tbs_per_channel:
-            raise LimitError(f"{schedule.method} {schedule.collective.kind}: needs {per_chan} threadblocks "
-                             f"with a peer on one channel; {target.name} allows "
-                             f"{target.max_tbs_per_channel}; try fewer --instances or --chunks, or "
-                             f"another --method")
-        if steps <= target.max_steps:
-            return program
-        last_error = (f"{schedule.method} {schedule.collective.kind}: needs {steps} steps in one "
-                      f"threadblock; {target.name} allows {target.max_steps}")
     raise LimitError(f"{last_error}, and splitting it across channels would need more than "
                      f"{target.max_channels} channels; try fewer --rings, --instances or --chunks"
                      + ("" if target.name == "old" else ", or --target old (256 steps)"))
+
+
+def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_ops: list, nseg: int,
+                nsteps: int, base: int, lane_chan: dict, cuts: dict, limit_tbs: int):
+    """One lowering with ``nseg`` step segments and the connections of ``cuts`` cut: (program or None, why
+    not, the threadblocks ``options.fits`` refuses as (gpu, tb id, channel, recv peer, send peer)). Raises
+    LimitError where more segments cannot help (threadblocks, channels of too many lanes)."""
+    width = base * nseg
+
+    def seg_of(op: Op, step: int) -> tuple:
+        seg = min(nseg - 1, step * nseg // nsteps)
+        if op.local or not cuts:
+            return seg, 0
+        at = cuts.get((op.src, op.dst, lane_chan[op.lane] + seg))
+        return seg, (bisect.bisect_right(at, step) if at else 0)
+
+    ops, segs, scratch = _segment(all_ops, nsteps, schedule.scratch, seg_of)
+    keys = {id(op): (op.step, i) for i, op in enumerate(ops)}
+
+    def chan_of(op: Op) -> int:
+        seg, part = segs[id(op)]
+        return lane_chan[op.lane] + seg + part * width
+
+    least = _least_steps(ops, chan_of)
+    if least > target.max_steps:  # no threadblock layout can fit: try more segments at once
+        return None, (f"{schedule.method} {schedule.collective.kind}: needs at least {least} steps "
+                      f"in one threadblock; {target.name} allows {target.max_steps}"), []
+    no_fuse = set()  # keyed by the ids of this segmentation's ops
+    forwards = _forward_candidates(ops, schedule.collective)
+    while True:
+        try:
+            instrs = _instructions(ops, keys, chan_of, no_fuse, forwards, options.shape)
+        except CollsError:
+            if base == len(lanes_of(ops)):
+                raise
+            raise LimitError(
+                f"{schedule.method} {schedule.collective.kind}: {len(lanes_of(ops))} lanes (rings, trees or "
+                f"instances) split into {nseg} step segments of at most {target.max_steps} steps "
+                f"need {len(lanes_of(ops)) * nseg} channels; {target.name} allows {target.max_channels}; "
+                f"try fewer --rings, --instances or --chunks"
+                + ("" if target.name == "old" else ", or --target old")) from None
+        tbs, bad = _threadblocks(instrs, options.shape)
+        if not bad:
+            _dependencies(instrs, schedule.collective)
+            bad = _order(tbs)
+        if not bad:
+            bad = _wait_cycles(instrs, tbs, fifo_messages(options.proto))
+        if not bad:
+            break
+        if bad <= no_fuse:
+            raise AssertionError("lowering could not resolve a fusion conflict")
+        no_fuse |= bad
+    program = _assemble(schedule, tbs, options, target, scratch)
+    steps, tbmax = program.max_steps(), program.max_tbs()
+    if tbmax > limit_tbs:
+        what = f"the GPU's {options.sms} SMs" if options.sms and options.sms < target.max_tbs \
+            else f"--max-threadblocks {target.tbs_budget}" if target.tbs_budget == target.max_tbs \
+            else f"the target's {target.max_tbs}"
+        raise LimitError(f"{schedule.method} {schedule.collective.kind}: needs {tbmax} threadblocks "
+                         f"per GPU, more than {what} (threadblocks must all be resident); try fewer "
+                         f"--instances or --chunks, or another --method")
+    per_chan = _max_tbs_per_channel(program)
+    if target.max_tbs_per_channel and per_chan > target.max_tbs_per_channel:
+        raise LimitError(f"{schedule.method} {schedule.collective.kind}: needs {per_chan} threadblocks "
+                         f"with a peer on one channel; {target.name} allows "
+                         f"{target.max_tbs_per_channel}; try fewer --instances or --chunks, or "
+                         f"another --method")
+    if steps > target.max_steps:
+        return None, (f"{schedule.method} {schedule.collective.kind}: needs {steps} steps in one "
+                      f"threadblock; {target.name} allows {target.max_steps}"), []
+    refused = options.fits(program) if options.fits is not None else []
+    if refused:
+        by_id = {(g.id, tb.id): tb for g in program.gpus for tb in g.tbs}
+        over = [(gpu, tid, by_id[gpu, tid].chan, by_id[gpu, tid].recv, by_id[gpu, tid].send)
+                for gpu, tid in refused]
+        return program, (f"{schedule.method} {schedule.collective.kind}: a threadblock of {steps} steps does "
+                         f"not fit {target.name}"), over
+    return program, None, []
+
+
+def lanes_of(ops: list) -> list:
+    return sorted({op.lane for op in ops})
+
+
+def _cut_more(cuts: dict, over: list, all_ops: list, nseg: int, nsteps: int, base: int, lane_chan: dict,
+              target: Target) -> bool:
+    """Cut the connections the refused threadblocks ``over`` use (their receive and their send) in one
+    part more, at the quantiles of their ops' steps; False when that needs more channels than the target
+    has, or cuts nothing new (the caller then cuts every threadblock: more step segments)."""
+    width = base * nseg
+    wanted = set()
+    for gpu, _, chan, recv, send in over:
+        c = chan % width
+        if recv is not None and recv >= 0:
+            wanted.add((recv, gpu, c))
+        if send is not None and send >= 0:
+            wanted.add((gpu, send, c))
+    steps: dict = defaultdict(list)
+    for op in all_ops:
+        if not op.local:
+            key = (op.src, op.dst, lane_chan[op.lane] + min(nseg - 1, op.step * nseg // nsteps))
+            if key in wanted:
+                steps[key].append(op.step)
+    changed = False
+    for key, at in steps.items():
+        parts = len(cuts.get(key, ())) + 2
+        if parts * width > target.max_channels:
+            return False
+        at.sort()
+        new = sorted({at[len(at) * i // parts] for i in range(1, parts)} - {at[0]})
+        if new != cuts.get(key, []):
+            cuts[key] = new
+            changed = True
+    return changed
 
 
 def _least_steps(ops: list[Op], chan_of) -> int:
@@ -209,39 +283,34 @@ def _split_counts(ops: list[Op], max_cnt: int) -> list[Op]:
     return out
 
 
-def _segment(ops: list[Op], nseg: int, nsteps: int, scratch: int) -> tuple[list[Op], dict, int]:
-    """The steps that decide the ops' segments, with in-flight values stored where a chain crosses one.
+def _segment(ops: list[Op], nsteps: int, scratch: int, seg_of) -> tuple[list[Op], dict, int]:
+    """The segments the ops fall in, with in-flight values stored where a chain crosses one.
 
-    An op that forwards an in-flight value must become one instruction with the op that produced it, so
-    it keeps that op's segment (and channel). A chain that would cross into the next segment (a ring
-    reduce-scatter of N ranks is one chain of N-1 steps) is cut there instead: the producing op stores
-    the partial result in a scratch chunk of its own on the receiving rank (a receive-reduce-copy at the
-    end of one segment), and the forwarding op sends it from there (a send at the start of the next
-    segment, which waits for the store). Returns (ops, id(op) -> anchor step, scratch chunks per rank).
+    ``seg_of(op, step)``: the segment of ``op`` were it at ``step`` (its step segment and its part of a cut
+    connection). An op that forwards an in-flight value must become one instruction with the op that
+    produced it, so it keeps that op's segment (and channel). A chain that would cross into another segment
+    (a ring reduce-scatter of N ranks is one chain of N-1 steps) is cut there instead: the producing op
+    stores the partial result in a scratch chunk of its own on the receiving rank (a receive-reduce-copy at
+    the end of one segment), and the forwarding op sends it from there (a send at the start of the next
+    segment, which waits for the store). Returns (ops, id(op) -> segment, scratch chunks per rank).
     """
-    def seg(step: int) -> int:
-        return min(nseg - 1, step * nseg // nsteps)
-
     out = list(ops)
     producer: dict = {}  # in-flight slot -> index in out of the op that produced it
-    anchor: dict = {}    # index in out -> anchor step
+    segs: dict = {}      # index in out -> segment
     used: dict = defaultdict(int)
     for i, op in enumerate(out):
+        own = seg_of(op, op.step)
         if op.src_buf == TRANSIENT and (op.src, op.src_buf, op.src_index) in producer:
             j = producer.pop((op.src, op.src_buf, op.src_index))
-            if seg(anchor[j]) == seg(op.step):
-                anchor[i] = anchor[j]
-            else:
+            if segs[j] != own:
                 slot = scratch + used[op.src]
                 used[op.src] += op.count
                 out[j] = replace(out[j], dst_buf="s", dst_index=slot)
                 op = out[i] = replace(op, src_buf="s", src_index=slot)
-                anchor[i] = op.step
-        else:
-            anchor[i] = op.step
+        segs[i] = own
         if op.dst_buf == TRANSIENT:
             producer[(op.dst, op.dst_buf, op.dst_index)] = i
-    return out, {id(op): anchor[i] for i, op in enumerate(out)}, scratch + max(used.values(), default=0)
+    return out, {id(op): segs[i] for i, op in enumerate(out)}, scratch + max(used.values(), default=0)
 
 
 def _forward_candidates(ops, coll: Collective) -> dict:

@@ -146,13 +146,19 @@ def plan_of(program: Program, topology, *, name: str, inplace: bool | None = Non
 def fits(program: Program, topology) -> bool:
     """Whether every threadblock's plan of ``program`` stays within MSCCL++'s 64 ops (pipelined or whole);
     anything else the writer would refuse is left to it, with its own message."""
+    return not over_budget(program, topology)
+
+
+def over_budget(program: Program, topology) -> list[tuple[int, int]]:
+    """The threadblocks (gpu, tb id) whose plan, written whole, has more than MSCCL++'s 64 ops (the lowering
+    cuts their connections onto more channels: colls.lower.LowerOptions.fits)."""
     try:
         _plan(program, topology, "fits", None, SLOTS, None)
-    except _OverBudget:
-        return False
+    except _OverBudget as e:
+        return e.over
     except CollsError:
-        return True
-    return True
+        return []
+    return []
 
 
 def op_count(ops: list) -> int:
@@ -162,7 +168,11 @@ def op_count(ops: list) -> int:
 
 
 class _OverBudget(Exception):
-    """A threadblock needs more than 64 ops."""
+    """Threadblocks that need more than 64 ops: ``over`` lists them as (gpu, tb id)."""
+
+    def __init__(self, message: str, over: list):
+        super().__init__(message)
+        self.over = over
 
 
 def slice_of(plan: dict) -> int | None:
@@ -221,9 +231,15 @@ def _plan(program: Program, topology, name, inplace, slots: int, slice_bytes: in
             c.stage = scratch[c.src]
             scratch[c.src] += c.slot * c.slots
 
-    gpus = []
+    gpus, over, first = [], [], None
     for g in program.gpus:
-        gpus.append(_gpu_plan(program, g, conns, channels[g.id], scratch[g.id], slice_bytes))
+        try:
+            gpus.append(_gpu_plan(program, g, conns, channels[g.id], scratch[g.id], slice_bytes))
+        except _OverBudget as e:
+            over += e.over
+            first = first or e
+    if first is not None:
+        raise _OverBudget(str(first), over)
 
     chunk_max, basis = _chunk_limit(program, kind, scratch)
     max_size = chunk_max * basis
@@ -322,11 +338,11 @@ def _gpu_plan(program: Program, g, conns: dict, chans: dict, scratch_chunks: int
     tbs = []
     for tb in sorted(g.tbs, key=lambda t: t.id):
         tbs.append(_tb_plan(g, tb, conns, remote_id, sem_of, releases, slice_bytes, per_slice))
-    for t in tbs:
-        n = op_count(t["ops"])
-        if n > rt.MAX_OPERATIONS:
-            raise _OverBudget(f"gpu {gid} threadblock {t['id']} needs {n} ops; MSCCL++ runs at most "
-                              f"{rt.MAX_OPERATIONS} per threadblock (MAX_OPERATION, execution_common.hpp)")
+    over = [(t["id"], op_count(t["ops"])) for t in tbs if op_count(t["ops"]) > rt.MAX_OPERATIONS]
+    if over:
+        raise _OverBudget(f"gpu {gid} threadblock {over[0][0]} needs {over[0][1]} ops; MSCCL++ runs at most "
+                          f"{rt.MAX_OPERATIONS} per threadblock (MAX_OPERATION, execution_common.hpp)",
+                          [(gid, tid) for tid, _ in over])
     channels = [{"channel_type": ct, "connected_to": list(chans[ct])} for ct in ("memory", "port") if chans[ct]]
     return {
         "id": gid, "input_chunks": g.i_chunks or 0, "output_chunks": g.o_chunks or 0,

@@ -514,9 +514,19 @@ def _lower(topology: Topology, base: Schedule, method: str, tgt: Target, *, inst
         proto=proto, min_bytes=min_bytes, max_bytes=max_bytes,
         inplace=mode in ("both", "inplace"), outofplace=mode in ("both", "outofplace"),
         name=f"colls-{method}-{collective.kind}{_root_tag(collective)}-{topology.name.replace(' ', '')}",
-        sms=topology.min_sms(), shape=topology.node_major())
+        sms=topology.min_sms(), shape=topology.node_major(), fits=_plan_fits(tgt, topology))
     program = lowering.lower(schedule, tgt, opts)
     return _finish(topology, base, schedule, program, method, tgt, mode, progress, in_memory, prove)
+
+
+def _plan_fits(tgt: Target, topology: Topology):
+    """For MSCCL++ plans, the threadblocks of a lowered program whose plan has more than the executor's 64 ops
+    (:func:`colls.mscclpp.over_budget`); the lowering cuts their connections onto channels of their own. None
+    for the XML targets, whose limit is the step count itself."""
+    if tgt.name != "mscclpp":
+        return None
+    from colls import mscclpp
+    return lambda program: mscclpp.over_budget(program, topology)
 
 
 def _finish(topology: Topology, base: Schedule, schedule: Schedule, program: Program, method: str, tgt: Target,

@@ -75,16 +75,15 @@ def test_plans_verify_or_are_refused_by_the_op_limit(nodes, method, kind):
 @pytest.mark.parametrize("nodes,method,kind", CASES, ids=lambda v: str(v))
 def test_every_method_makes_a_plan_within_64_ops(nodes, method, kind):
     """What synth and compile write for plans (tune.compile_for_plans): the XML program where its plan fits
-    64 ops, otherwise the program lowered for the mscclpp target (at most PLAN_MAX_STEPS steps a
-    threadblock: the rings of REFUSED cut on more channels). Every one makes a proved plan, and the writer's
-    most ops for one step (PLAN_OPS_PER_STEP, which the step budget is derived from) holds throughout."""
+    64 ops, otherwise the program lowered for the mscclpp target (its threadblocks cut into step segments
+    on channels of their own until every plan fits: the rings of REFUSED). Every one makes a proved plan,
+    and the writer's most ops for one step (PLAN_OPS_PER_STEP) holds throughout."""
     from colls import tune
     t = topo(nodes)
     result = tune.compile_for_plans(t, Collective(kind, t.ngpus), method, in_memory=True, prove=False)
     prog = result.program
     assert (result.target.name == "mscclpp") == ((nodes, method, kind) in REFUSED)
-    if result.target.name == "mscclpp":
-        assert prog.max_steps() <= rt.PLAN_MAX_STEPS
+    assert mscclpp.fits(prog, t)
     plan = mscclpp.plan_of(prog, t, name=f"{method}-{kind}-{nodes}n")
     report = verify_plan(plan, kind, "<plan>", inplace=False)
     assert report.ok and report.facts["semantics_checked"], report.format()
@@ -420,3 +419,18 @@ def test_verify_command_reads_plans(tmp_path):
     broken.write_text("{")
     rc, out, err = run("verify", str(broken))
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "broken.json" in err and "Traceback" not in err
+
+
+def test_only_the_threadblocks_over_64_ops_are_cut():
+    """milp's alltoall on 2 x NDv2 lowers (as for the XML executor) to 41 threadblocks of up to 22 steps, nine
+    of them over 64 ops as plans. Cutting every threadblock into two step segments would need 83 threadblocks
+    on GPUs of 80 SMs; cutting only the connections of those nine onto channels of their own fits every
+    threadblock within 64 ops on fewer than 80 threadblocks, and the plan is proved."""
+    from colls import tune
+    t = hardware.load_topology("ndv2", nodes=2)
+    result = tune.compile_for_plans(t, Collective("alltoall", t.ngpus), "milp", in_memory=True, prove=False)
+    prog = result.program
+    assert result.target.name == "mscclpp" and mscclpp.fits(prog, t) and prog.max_tbs() <= t.min_sms()
+    plan = mscclpp.plan_of(prog, t, name="milp-a2a")
+    report = verify_plan(plan, "alltoall", "<plan>", inplace=False)
+    assert report.ok and report.facts["semantics_checked"], report.format()

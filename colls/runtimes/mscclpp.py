@@ -74,10 +74,13 @@ PLAN_GRANT_OPS = 2
 PLAN_OPS_PER_STEP = 9
 PLAN_MAX_STEPS = (MAX_OPERATIONS - PLAN_GRANT_OPS) // PLAN_OPS_PER_STEP
 # The schedules of plans are lowered as for the MSCCL executor (the XML program is what colls proves and
-# then writes as a plan) with at most PLAN_MAX_STEPS steps per threadblock: rings are cut into that many
-# steps per channel, as for the XML limit of 64 steps.
+# then writes as a plan), its threadblocks cut into step segments on channels of their own until every
+# threadblock's plan fits MAX_OPERATIONS (colls.lower.LowerOptions.fits with colls.mscclpp.fits): most steps
+# take 3 to 6 ops, so a threadblock usually holds 10 to 20 steps; PLAN_MAX_STEPS steps always fit, so the
+# cutting ends. A step is at least one op: more than PLAN_STEP_BOUND steps never fit.
+PLAN_STEP_BOUND = MAX_OPERATIONS - PLAN_GRANT_OPS
 LOWERING = dataclasses.replace(exe.TARGET, name="mscclpp", description="MSCCL++ execution plans (0.8 and later)",
-                               max_steps=PLAN_MAX_STEPS)
+                               max_steps=PLAN_STEP_BOUND)
 BUFFER_ALIGNMENT = 16                # default buffer_alignment (EP); offsets are in these units
 # With reuse_resources the executor's own 128 MiB buffer is the scratch (EX defaultScratchBufferSize =
 # 1 << 27) and chunks beyond PREDFINED_SCRATCH_SIZE = 64 MiB (EC) wrap; colls never sets reuse_resources,
