@@ -620,6 +620,9 @@ BASELINES = ("nccl", "nccl-ring", "nccl-tree", "nccl-nvls")
               help="Call sizes: FIRST:LAST (every power of two between), FIRST:LAST:FACTOR or a comma list; "
                    "1KB = 1024 bytes; size = one rank's whole buffer, as nccl-tests prints it.")
 @click.option("--inplace", is_flag=True, help="Time in-place calls (default: out-of-place).")
+@click.option("--launch", type=Choice(("stream", "graph")), default="stream", show_default=True,
+              help="How calls are launched: 'stream', one kernel launch and proxy start per call (nccl-tests "
+                   "without -G), or 'graph', captured in a CUDA graph (-G 1: no host cost per call).")
 @click.option("--target", type=Choice(sorted(TARGETS)), default="exe", show_default=True)
 @click.option("--baseline", type=Choice(BASELINES), default=None,
               help="Also time what the runtime of --target runs by itself on this machine: 'nccl' its default "
@@ -636,7 +639,7 @@ BASELINES = ("nccl", "nccl-ring", "nccl-tree", "nccl-nvls")
               help="Draw one call (--size) per link and per threadblock, and print the links' utilisation.")
 @click.option("--size", "timeline_size", default=None, metavar="SIZE", help="The call size --timeline shows.")
 @click.option("--json", "as_json", is_flag=True, help="Every number, as JSON.")
-def simulate_cmd(paths, hardware, nodes, sizes, inplace, target, baseline, collective, root, plot_path,
+def simulate_cmd(paths, hardware, nodes, sizes, inplace, launch, target, baseline, collective, root, plot_path,
                  timeline_path, timeline_size, as_json):
     """Time MSCCL files (from any generator), or MSCCL++ plans colls wrote (FILE.json), on a machine, per call
     size, and show where the time goes.
@@ -672,7 +675,8 @@ def simulate_cmd(paths, hardware, nodes, sizes, inplace, target, baseline, colle
             raise CollsError(f"{excerpt(plans[0], 80)} is an MSCCL++ plan and the other FILEs are not: time plans "
                              "and MSCCL files in separate runs", key="FILE")
         given = [o for o, v in (("--plot", plot_path), ("--timeline", timeline_path), ("--collective", collective),
-                                ("--root", root)) if v is not None]
+                                ("--root", root), ("--launch", None if launch == "stream" else launch))
+                 if v is not None]
         if given or target != "exe":
             raise CollsError("applies to MSCCL files, not MSCCL++ plans", key=given[0] if given else "--target")
         from colls.simulate import plans as plan_sim
@@ -687,7 +691,7 @@ def simulate_cmd(paths, hardware, nodes, sizes, inplace, target, baseline, colle
     topo = _load(hardware, nodes)
     if root is not None:
         _check_root(root, topo)
-    out = cli_run.run(texts, topo, size_list, inplace=inplace, target=target, baseline=baseline,
+    out = cli_run.run(texts, topo, size_list, inplace=inplace, target=target, baseline=baseline, launch=launch,
                       collective=collective, root=root, plot_path=plot_path, timeline_path=timeline_path,
                       timeline_size=shown, warn=lambda line: click.echo(f"colls: warning: {line}", err=True))
     if as_json:

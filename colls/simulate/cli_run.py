@@ -36,7 +36,7 @@ class _Entry:
 
 
 def run(texts, topo, sizes, *, inplace=False, target="exe", baseline=None, collective=None, root=None,
-        plot_path=None, timeline_path=None, timeline_size=None,
+        plot_path=None, timeline_path=None, timeline_size=None, launch: str = DEFAULT_LAUNCH,
         warn: Callable[[str], None] = lambda line: None) -> Output:
     entries = [_read(path, text, topo, target, warn) for path, text in texts]
     kinds = {e.kind for e in entries}
@@ -54,7 +54,7 @@ def run(texts, topo, sizes, *, inplace=False, target="exe", baseline=None, colle
         if rooted and not entries and root is None:
             raise CollsError(f"a {kind} baseline needs its root", key="--root")
         forced = None if baseline == "nccl" else (algorithm_of(baseline),)
-        base = RuntimeDefault(topo, kind, root=b_root, target=target, algorithms=forced)
+        base = RuntimeDefault(topo, kind, root=b_root, target=target, algorithms=forced, launch=launch)
         for note in base.notes:
             warn(f"--baseline: {note}")
         entries.append(_Entry(base.label, kind, b_root, baseline=base))
@@ -69,12 +69,12 @@ def run(texts, topo, sizes, *, inplace=False, target="exe", baseline=None, colle
             e.timings = [e.baseline.time(s, b) for s in sizes]
         else:
             e.timings = [simulate(e.program, topo, e.kind, s, inplace=inplace, bound=b, machine=e.machine,
-                                  target=target)[0] for s in sizes]
+                                  target=target, launch=launch)[0] for s in sizes]
         if timeline_path:
-            timeline = _timeline(e, topo, timeline_size, inplace, target, b, timeline_path)
+            timeline = _timeline(e, topo, timeline_size, inplace, target, b, timeline_path, launch)
     if plot_path:
         _plot(entries, bound_by_kind, sizes, topo, plot_path)
-    return _output(entries, bound_by_kind, topo, timeline, plot_path, timeline_path, inplace)
+    return _output(entries, bound_by_kind, topo, timeline, plot_path, timeline_path, inplace, launch)
 
 
 def _read(path, text, topo, target, warn) -> _Entry:
@@ -102,7 +102,7 @@ def _bound(topo, kind, root):
         return None
 
 
-def _timeline(e: _Entry, topo, size, inplace, target, b, path):
+def _timeline(e: _Entry, topo, size, inplace, target, b, path, launch: str = DEFAULT_LAUNCH):
     from colls.plot import plot_timeline
     if e.baseline is not None:
         best = e.baseline.time(size, b)
@@ -114,10 +114,10 @@ def _timeline(e: _Entry, topo, size, inplace, target, b, path):
         program, machine = next((p, m) for extra, p, m, _ in timer.fastest.entries
                                 if extra["channels"] == channels)
         timing, res = simulate(replace(program, proto=proto), topo, e.kind, size, bound=b, machine=machine,
-                               model=model_for(proto, topo.gpu_model()), native=True, timeline=True)
+                               model=model_for(proto, topo.gpu_model(), launch=launch), native=True, timeline=True)
     else:
         timing, res = simulate(e.program, topo, e.kind, size, inplace=inplace, bound=b, machine=e.machine,
-                               target=target, timeline=True)
+                               target=target, timeline=True, launch=launch)
         machine = e.machine
         if not timing.served:
             raise CollsError(f"{size_text(size)}: {timing.reason}", key="--size")
@@ -138,20 +138,21 @@ def _plot(entries, bound_by_kind, sizes, topo, path):
                 option="--plot")
 
 
-def _model_text(topo, entries) -> str:
+def _model_text(topo, entries, launch: str = DEFAULT_LAUNCH) -> str:
     models = sorted({str(topo.graph.nodes[r].get("model")) for r in topo.gpus})
     effs = sorted({(d["cls"], d.get("efficiency", 1)) for _, _, d in topo.graph.edges(data=True)})
     eff = ", ".join(f"{c} at {100 * x:.0f}%" for c, x in effs if x != 1) or "all links at their full bandwidth"
     protos = sorted({e.program.proto for e in entries if e.program is not None} or {"Simple"})
     fam = family_of(models[0] if models else None)
     known = "" if all(is_known(m) for m in models) else f" (GPU not known: the {fam.name} figures)"
-    costs = "; ".join(f"{p}: {fam.host_us[DEFAULT_LAUNCH]:g} + {fam.launch_us[p]:g} us per call, "
+    costs = "; ".join(f"{p}: {fam.host_us[launch]:g} + {fam.launch_us[p]:g} us per call ({launch} launch), "
                       f"{fam.step_us[p]:g} us per message, {DATA_FRACTION[p]:.3g} data per wire byte, a threadblock "
                       f"copies at most {fam.tb_gbps[p]:g} GB/s" for p in protos)
     return f"model ({fam.runtime} on {fam.name}{known}): {costs}; {eff}"
 
 
-def _output(entries, bound_by_kind, topo, timeline, plot_path, timeline_path, inplace) -> Output:
+def _output(entries, bound_by_kind, topo, timeline, plot_path, timeline_path, inplace,
+            launch: str = DEFAULT_LAUNCH) -> Output:
     lines, results = [], []
     for e in entries:
         b = bound_by_kind[(e.kind, e.root)]
@@ -179,9 +180,9 @@ def _output(entries, bound_by_kind, topo, timeline, plot_path, timeline_path, in
                         "nchunksperloop": e.program.nchunksperloop if e.program is not None else None,
                         "bound": b.to_dict() if b is not None else None,
                         "sizes": [t.to_dict() for t in e.timings]})
-    lines.append(_model_text(topo, entries))
+    lines.append(_model_text(topo, entries, launch))
     data = {"hardware": topo.name, "gpus": topo.ngpus, "inplace": inplace, "results": results,
-            "model": _model_text(topo, entries)}
+            "model": _model_text(topo, entries, launch)}
     if plot_path:
         lines.append(f"wrote {plot_path}")
         data["plot"] = plot_path
