@@ -675,13 +675,12 @@ def simulate_cmd(paths, hardware, nodes, sizes, inplace, launch, target, baselin
             raise CollsError(f"{excerpt(plans[0], 80)} is an MSCCL++ plan and the other FILEs are not: time plans "
                              "and MSCCL files in separate runs", key="FILE")
         given = [o for o, v in (("--plot", plot_path), ("--timeline", timeline_path), ("--collective", collective),
-                                ("--root", root), ("--launch", None if launch == "stream" else launch))
-                 if v is not None]
+                                ("--root", root)) if v is not None]
         if given or target != "exe":
             raise CollsError("applies to MSCCL files, not MSCCL++ plans", key=given[0] if given else "--target")
         from colls.simulate import plans as plan_sim
         topo = _load(hardware, nodes)
-        text, data = plan_sim.run_files(texts, topo, size_list, inplace=inplace, baseline=baseline,
+        text, data = plan_sim.run_files(texts, topo, size_list, inplace=inplace, baseline=baseline, launch=launch,
                                         warn=lambda line: click.echo(f"colls: warning: {line}", err=True))
         if as_json:
             _echo_json(data)

@@ -158,7 +158,7 @@ def time_plan(plan: dict, program: Program, topology, size: int, *, inplace: boo
 
 
 def run_files(texts, topology, sizes, *, inplace: bool = False, baseline: str | None = None,
-              warn=lambda line: None) -> tuple[str, dict]:
+              warn=lambda line: None, launch: str = DEFAULT_LAUNCH) -> tuple[str, dict]:
     """``colls simulate`` for plans colls wrote: each plan read (:func:`colls.mscclpp.load`), proved
     (:func:`colls.verify.plan.verify_plan`), read back to its Program (:func:`colls.mscclpp.program_of`: a plan
     of another shape is refused) and timed per size; with ``baseline``, NCCL's own algorithms beside it (what
@@ -191,7 +191,8 @@ def run_files(texts, topology, sizes, *, inplace: bool = False, baseline: str | 
                 bound_of[kind] = None
         b = bound_of[kind]
         mach = machine(program, topology, kind, mscclpp.slice_of(plan))
-        timings = [time_plan(plan, program, topology, s, inplace=inplace, bound=b, mach=mach) for s in sizes]
+        timings = [time_plan(plan, program, topology, s, inplace=inplace, bound=b, mach=mach, launch=launch)
+                   for s in sizes]
         head = (f"{path}: MSCCL++ plan {plan['name']}, {kind} on {topology.name} ({topology.ngpus} GPUs), "
                 f"{'in-place' if plan['inplace'] else 'out-of-place'} plan, {'in-place' if inplace else 'out-of-place'} "
                 f"calls")
@@ -204,7 +205,7 @@ def run_files(texts, topology, sizes, *, inplace: bool = False, baseline: str | 
         from colls.simulate.baseline import RuntimeDefault, algorithm_of
         kind = next(iter(kinds))
         forced = None if baseline == "nccl" else (algorithm_of(baseline),)
-        base = RuntimeDefault(topology, kind, target="exe", algorithms=forced)
+        base = RuntimeDefault(topology, kind, target="exe", algorithms=forced, launch=launch)
         for note in base.notes:
             warn(f"--baseline: {note}")
         timings = [base.time(s, bound_of[kind]) for s in sizes]
@@ -212,7 +213,7 @@ def run_files(texts, topology, sizes, *, inplace: bool = False, baseline: str | 
                   "back to", rep.table(timings), ""]
         results.append({"label": base.label, "collective": kind, "baseline": True,
                         "sizes": [t.to_dict() for t in timings]})
-    lines.append(model_text(topology))
+    lines.append(model_text(topology, launch))
     data = {"hardware": topology.name, "gpus": topology.ngpus, "inplace": inplace, "results": results,
-            "model": model_text(topology)}
+            "model": model_text(topology, launch)}
     return "\n".join(lines), data
