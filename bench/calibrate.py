@@ -297,12 +297,13 @@ def main() -> None:
     lines += ["", "| point | machine | collective | size | model vs published | ratio | band | within | model ran | "
               "launch | source |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     from colls.sizes import size_text
+    explained_by = {e["id"]: e["explained"] for e in data if e.get("explained")}
     for p, m, what, ratio, ok, band_name, lo, hi in rows:
         machine_text = f"{p['profile']} {p['nodes']}x{p.get('gpus_per_node')}"
         ran = f"{m['algorithm']} {m['protocol']} {m['channels']}ch"
         forced = f" ({p['forced']})" if p.get("forced") else ""
         lines.append(f"| {p['id']} | {machine_text} | {p['collective']} | {size_text(int(p['bytes']))} | {what} | "
-                     f"{ratio:.2f} | {lo:g}-{hi:g} | {_within_text(p, ok, notes)} | {ran}{forced} | "
+                     f"{ratio:.2f} | {lo:g}-{hi:g} | {_within_text(ok, explained_by.get(p['id']))} | {ran}{forced} | "
                      f"{launch_of(p)} | {p['source']} ({p['runtime']}) |")
     lines += ["", "## Points outside their band, explained", ""]
     for note in notes:
@@ -321,12 +322,10 @@ def main() -> None:
           f"unexplained{'; stale explanations: ' + ', '.join(stale) if stale else ''}; wrote {OUT} and {JSON_OUT}")
 
 
-def _within_text(p: dict, ok: bool, notes: list[dict]) -> str:
+def _within_text(ok: bool, note_id: str | None) -> str:
     if ok:
         return "yes"
-    note = explanation_of(p["id"], notes)
-    return f"no, explained: [{note['id']}](#{note['id']})" if note else "NO"
-
+    return f"no, explained: [{note_id}](#{note_id})" if note_id else "NO"
 
 
 if __name__ == "__main__":

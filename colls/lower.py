@@ -121,7 +121,7 @@ def lower(schedule: Schedule, target: Target, options: LowerOptions | None = Non
         cuts: dict = {}
         while True:
             program, last_error, over = _lower_once(schedule, target, options, all_ops, nseg, nsteps, base,
-                                                    lane_chan, cuts, limit_tbs)
+                                                    len(lanes), lane_chan, cuts, limit_tbs)
             if program is not None and not over:
                 return program
             if not over or not _cut_more(cuts, over, all_ops, nseg, nsteps, base, lane_chan, target):
@@ -132,20 +132,20 @@ def lower(schedule: Schedule, target: Target, options: LowerOptions | None = Non
 
 
 def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_ops: list, nseg: int,
-                nsteps: int, base: int, lane_chan: dict, cuts: dict, limit_tbs: int):
+                nsteps: int, base: int, nlanes: int, lane_chan: dict, cuts: dict, limit_tbs: int):
     """One lowering with ``nseg`` step segments and the connections of ``cuts`` cut: (program or None, why
     not, the threadblocks ``options.fits`` refuses as (gpu, tb id, channel, recv peer, send peer)). Raises
     LimitError where more segments cannot help (threadblocks, channels of too many lanes)."""
     width = base * nseg
 
     def seg_of(op: Op, step: int) -> tuple:
-        seg = min(nseg - 1, step * nseg // nsteps)
+        seg = _step_segment(step, nseg, nsteps)
         if op.local or not cuts:
             return seg, 0
         at = cuts.get((op.src, op.dst, lane_chan[op.lane] + seg))
         return seg, (bisect.bisect_right(at, step) if at else 0)
 
-    ops, segs, scratch = _segment(all_ops, nsteps, schedule.scratch, seg_of)
+    ops, segs, scratch = _segment(all_ops, schedule.scratch, seg_of)
     keys = {id(op): (op.step, i) for i, op in enumerate(ops)}
 
     def chan_of(op: Op) -> int:
@@ -162,12 +162,12 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
         try:
             instrs = _instructions(ops, keys, chan_of, no_fuse, forwards, options.shape)
         except CollsError:
-            if base == len(lanes_of(ops)):
+            if base == nlanes:
                 raise
             raise LimitError(
-                f"{schedule.method} {schedule.collective.kind}: {len(lanes_of(ops))} lanes (rings, trees or "
+                f"{schedule.method} {schedule.collective.kind}: {nlanes} lanes (rings, trees or "
                 f"instances) split into {nseg} step segments of at most {target.max_steps} steps "
-                f"need {len(lanes_of(ops)) * nseg} channels; {target.name} allows {target.max_channels}; "
+                f"need {nlanes * nseg} channels; {target.name} allows {target.max_channels}; "
                 f"try fewer --rings, --instances or --chunks"
                 + ("" if target.name == "old" else ", or --target old")) from None
         tbs, bad = _threadblocks(instrs, options.shape)
@@ -209,8 +209,9 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
     return program, None, []
 
 
-def lanes_of(ops: list) -> list:
-    return sorted({op.lane for op in ops})
+def _step_segment(step: int, nseg: int, nsteps: int) -> int:
+    """The step segment (of ``nseg`` equal ones over ``nsteps`` steps) a step falls in."""
+    return min(nseg - 1, step * nseg // nsteps)
 
 
 def _cut_more(cuts: dict, over: list, all_ops: list, nseg: int, nsteps: int, base: int, lane_chan: dict,
@@ -229,7 +230,7 @@ def _cut_more(cuts: dict, over: list, all_ops: list, nseg: int, nsteps: int, bas
     steps: dict = defaultdict(list)
     for op in all_ops:
         if not op.local:
-            key = (op.src, op.dst, lane_chan[op.lane] + min(nseg - 1, op.step * nseg // nsteps))
+            key = (op.src, op.dst, lane_chan[op.lane] + _step_segment(op.step, nseg, nsteps))
             if key in wanted:
                 steps[key].append(op.step)
     changed = False
@@ -283,7 +284,7 @@ def _split_counts(ops: list[Op], max_cnt: int) -> list[Op]:
     return out
 
 
-def _segment(ops: list[Op], nsteps: int, scratch: int, seg_of) -> tuple[list[Op], dict, int]:
+def _segment(ops: list[Op], scratch: int, seg_of) -> tuple[list[Op], dict, int]:
     """The segments the ops fall in, with in-flight values stored where a chain crosses one.
 
     ``seg_of(op, step)``: the segment of ``op`` were it at ``step`` (its step segment and its part of a cut

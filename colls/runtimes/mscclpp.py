@@ -75,7 +75,7 @@ PLAN_OPS_PER_STEP = 9
 PLAN_MAX_STEPS = (MAX_OPERATIONS - PLAN_GRANT_OPS) // PLAN_OPS_PER_STEP
 # The schedules of plans are lowered as for the MSCCL executor (the XML program is what colls proves and
 # then writes as a plan), its threadblocks cut into step segments on channels of their own until every
-# threadblock's plan fits MAX_OPERATIONS (colls.lower.LowerOptions.fits with colls.mscclpp.fits): most steps
+# threadblock's plan fits MAX_OPERATIONS (colls.lower.LowerOptions.fits, colls.mscclpp.over_budget): most steps
 # take 3 to 6 ops, so a threadblock usually holds 10 to 20 steps; PLAN_MAX_STEPS steps always fit, so the
 # cutting ends. A step is at least one op: more than PLAN_STEP_BOUND steps never fit.
 PLAN_STEP_BOUND = MAX_OPERATIONS - PLAN_GRANT_OPS

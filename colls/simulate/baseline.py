@@ -158,7 +158,8 @@ class Baseline:
         tgt = get_target(target)
         sms = topology.min_sms()
         top = min(MAX_BASELINE_CHANNELS, tgt.max_channels)
-        if algorithm in ("ring", "tree") and kind != "alltoall":
+        collective_channels = algorithm in ("ring", "tree") and kind != "alltoall"   # alltoall: p2p channels
+        if collective_channels:
             # on several nodes the network sets the runtime's channels (its topology search); on one node
             # the fastest count up to MAX_BASELINE_CHANNELS stands for it
             top = min(top, defaults.runtime_channels(topology, tgt) or top)
@@ -199,7 +200,7 @@ class Baseline:
         if not entries:
             raise CollsError(f"NCCL's {algorithm} cannot be modelled here: {last_error}", key="--baseline")
         cap = None
-        if algorithm in ("ring", "tree") and kind != "alltoall":      # alltoall: p2p channels of its own
+        if collective_channels:
             cap = _channel_cap(algorithm, topology.ngpus, max(e[0]["channels"] for e in entries),
                                dict(tgt.coll_threads))
         self.fastest = Fastest(topology, kind, entries, native=True, target=target, launch=launch,
@@ -405,9 +406,9 @@ class RuntimeDefault:
     """What the runtime of ``target`` runs by itself for ``kind`` at each size: the fastest, in the model, of
     the algorithms its tuner chooses among (:attr:`colls.runtimes.base.Target.algorithms`: ring, tree for
     allreduce, NVLS on NVSwitch Hopper nodes; alltoall is grouped sends, :func:`colls.simulate.defaults.
-    nccl_program`), each at its best protocol, on the channels a call of the size gets. NCCL's tuner aims at the fastest by its
-    own estimate; taking the model's fastest makes this the runtime at its best, so a file that beats it
-    beats what the runtime does by itself.
+    nccl_program`), each at its best protocol, on the channels a call of the size gets. NCCL's tuner aims at
+    the fastest by its own estimate; taking the model's fastest makes this the runtime at its best, so a file
+    that beats it beats what the runtime does by itself.
 
     ``algorithms`` forces a subset (``--baseline nccl-ring`` is ``("ring",)``, like NCCL_ALGO). Algorithms that
     cannot run here are left out with the reason in :attr:`notes`; when none can, CollsError.

@@ -95,8 +95,9 @@ Where these programs differ from NCCL
   rate in parallel. RCCL's split is taken to be NCCL's (not checked against its source).
 - Channels: on several nodes the runtime's channels are those its topology search finds through the NICs
   (:func:`runtime_channels`); on one node the baseline takes the fastest count up to 32. Each call then
-  runs on as many of them as NCCL's per-call rule gives (:func:`colls.runtimes.nccl.call_channels`). The ring's messages are a file's (a Simple message of four slots, two
-  in flight), where NCCL's ring moves slices of two slots, four in flight.
+  runs on as many of them as NCCL's per-call rule gives (:func:`colls.runtimes.nccl.call_channels`).
+- Messages: the ring's are a file's (a Simple message of four slots, two in flight), where NCCL's ring
+  moves slices of two slots, four in flight.
 - Alltoall: NCCL's point-to-point scheduler spreads peers over channels per round; here every channel
   carries a slice of every pair's block.
 """

@@ -53,7 +53,7 @@ def classes(m) -> tuple[list[int], list[int], list[int]]:
         tuple((s[0], s[1], s[2], s[3], s[4] >= 0, s[5], s[6], s[7]) for s in steps),
         tuple(s[4] for s in steps if s[4] >= 0)))
     shape = _relabel([shapes[ti][0] for ti in range(T)])
-    scale = getattr(m, "tb_scale", None)
+    scale = m.tb_scale
     tb_c = _relabel([(shape[ti], m.tb_cap[ti], tuple(v[ti] for _, v in sorted(scale.items())) if scale else (),
                       len(m.out_conns[ti]), len(m.in_conns[ti])) for ti in range(T)])
     conn_c = _relabel([(round(m.conn_latency[c], 12), len(m.conn_links[c]), m.conn_net[c]) for c in range(C)])
@@ -100,8 +100,7 @@ class Quotient:
         self.link_cap = m.link_cap[rep_link]
         self.tbs = [m.tbs[ti] for ti in rep_tb]
         self.tb_cap = [m.tb_cap[ti] for ti in rep_tb]
-        scale = getattr(m, "tb_scale", None)
-        self.tb_scale = {p: [v[ti] for ti in rep_tb] for p, v in scale.items()} if scale else None
+        self.tb_scale = {p: [v[ti] for ti in rep_tb] for p, v in m.tb_scale.items()} if m.tb_scale else None
         # a threadblock's peers of one class are one connection here: the class's flows all count in its weight
         self.out_conns = [tuple(sorted({conn_c[c] for c in m.out_conns[ti]})) for ti in rep_tb]
         self.in_conns = [tuple(sorted({conn_c[c] for c in m.in_conns[ti]})) for ti in rep_tb]
