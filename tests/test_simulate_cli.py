@@ -109,3 +109,11 @@ def test_graph_launch_drops_the_hosts_cost_per_call(files):
     assert len(times["stream"]) == 2
     for stream, graph in zip(times["stream"], times["graph"]):
         assert stream - graph == pytest.approx(22.0, abs=0.01)
+
+
+def test_an_unknown_launch_mode_is_one_line_exit_2():
+    from test_cli import assert_bad_input
+    rc, out, err = run("simulate", "--baseline", "nccl", "--collective", "allreduce", "--hardware", "dgx-a100",
+                       "--sizes", "1KB", "--launch", "cudagraph")
+    assert_bad_input(rc, out, err)
+    assert "--launch" in err
