@@ -20,7 +20,7 @@ from colls.errors import CollsError
 from colls.inputs.hardware import load_topology
 from colls.simulate import SIZE_MULTIPLIED, parse_sizes, served, simulate, size_text, sweep
 from colls.simulate.engine import Machine, run
-from colls.runtimes.costs import for_protocol
+from colls.runtimes.costs import for_protocol, tb_rate
 from colls.verify import verify
 
 DATA = Path(__file__).parent / "data"
@@ -421,3 +421,36 @@ def test_the_runtimes_ring_channels_beyond_the_searched_rings_run_them_again(hw,
     assert len(orders[32]) == 32
     assert all(orders[32][j] == orders[32][j % searched] for j in range(32))
     assert len(set(orders[4])) == 4 == len(orders[4])
+
+
+PAIR_XML = """<algo name="pair" proto="{proto}" nchannels="1" nchunksperloop="2" ngpus="2" coll="allgather"
+      inplace="1" outofplace="0" minBytes="0" maxBytes="0">
+  <gpu id="0" i_chunks="1" o_chunks="2" s_chunks="0">
+    <tb id="0" send="1" recv="-1" chan="0"><step s="0" type="s" srcbuf="o" srcoff="0" dstbuf="o" dstoff="0" cnt="1" depid="-1" deps="-1" hasdep="0"/></tb>
+    <tb id="1" send="-1" recv="1" chan="0"><step s="0" type="r" srcbuf="o" srcoff="1" dstbuf="o" dstoff="1" cnt="1" depid="-1" deps="-1" hasdep="0"/></tb>
+  </gpu>
+  <gpu id="1" i_chunks="1" o_chunks="2" s_chunks="0">
+    <tb id="0" send="0" recv="-1" chan="0"><step s="0" type="s" srcbuf="o" srcoff="1" dstbuf="o" dstoff="1" cnt="1" depid="-1" deps="-1" hasdep="0"/></tb>
+    <tb id="1" send="-1" recv="0" chan="0"><step s="0" type="r" srcbuf="o" srcoff="0" dstbuf="o" dstoff="0" cnt="1" depid="-1" deps="-1" hasdep="0"/></tb>
+  </gpu>
+</algo>"""
+
+
+@pytest.mark.parametrize("proto", ["Simple", "LL"])
+def test_a_hop_pays_its_fixed_cost_once_and_a_receive_works_at_the_local_rate(proto):
+    """One message from an ``s`` step to an ``r`` step: the sender pays the fixed cost per message (its fence
+    and flag) and moves the wire bytes at its protocol's rate; the receiver, whose data has arrived, pays no
+    fixed cost and reads the wire bytes from its own memory at Simple's rate (msccl_kernel.cu, and
+    prims_simple.h postPeer: only a send fences)."""
+    program, _ = msccl.parse(PAIR_XML.format(proto=proto), "pair.xml")
+    assert verify(program, "exe").verdict == "valid"
+    topo = topos.switch_node(2, bw=10_000)          # links far faster than a threadblock
+    chunk = 4096                                    # one chunk a rank: one message, one pass
+    model = for_protocol(proto, gpu_model=topo.gpu_model())
+    assert model.step_us > 0 or proto == "LL"
+    simple_rate = tb_rate(topo.gpu_model()) * 1000.0                  # bytes per us
+    wire = chunk / model.data_fraction
+    hop = topo.route_latency(topo.route(0, 1))
+    expect = model.launch_us + model.step_us + wire / (simple_rate * model.tb_factor) + hop + wire / simple_rate
+    timing, _ = simulate(program, topo, "allgather", 2 * chunk, native=True, inplace=True)
+    assert timing.time_us == pytest.approx(expect, rel=1e-9)

@@ -18,11 +18,16 @@ One GPU generation's row (:data:`FAMILIES`) holds, per protocol, the runtime's o
 - ``launch_us``: the fixed cost of a call on the GPU (kernel start and set-up): NCCL's ``baseLat`` of the
   ring (``src/graph/tuning.cc``: LL 6.6, LL128 14.0, Simple 8.4 us); RCCL's own ``baseLat`` on AMD GPUs
   (ROCm/rccl ``src/graph/tuning.cc``: LL 12, LL128 12, Simple 17 us).
-- ``step_us``: the fixed cost of one message in a threadblock (flag polling and fences): the runtime's
-  ``hwLat`` of one ring step over NVLink/xGMI less the LL figure (which is the transfer itself, already
-  carried by the profile's per-hop latencies). NCCL: LL .6, LL128 1.9, Simple 3.4 us -> 0, 1.3, 2.8;
-  RCCL (``tuning_model_0``/``_4``, xGMI): LL .8, LL128 2.2, Simple 3.6 us -> 0, 1.4, 2.8.
-- ``tb_gbps``: one threadblock's copy rate (one SM copying with loads and stores), in wire bytes. NCCL's
+- ``step_us``: the fixed cost of one hop, paid by the threadblock that sends the message (the system-wide
+  fence before it posts its flag, ``postPeer`` in ``prims_simple.h``; a receive polls a flag already set and
+  posts its own without a fence, so a step that only receives pays none, :mod:`colls.simulate.engine`): the
+  runtime's ``hwLat`` of one ring step over NVLink/xGMI, which is per hop, less the LL figure (which is the
+  transfer itself, already carried by the profile's per-hop latencies). NCCL: LL .6, LL128 1.9, Simple
+  3.4 us -> 0, 1.3, 2.8; RCCL (``tuning_model_0``/``_4``, xGMI): LL .8, LL128 2.2, Simple 3.6 us -> 0, 1.4,
+  2.8.
+- ``tb_gbps``: one threadblock's rate when it sends (one SM copying with loads and stores), in wire bytes;
+  a step that does not send works in its own GPU's memory at the Simple rate (:mod:`colls.simulate.engine`:
+  the LL and LL128 caps are those of lines crossing the link flag by flag). NCCL's
   tuning caps a channel at ``perChMaxTreeBws`` for Simple (Volta 26.5, Ampere 24.0, Hopper 38.7 GB/s, one
   node) and ``perChMaxRingLL128Bws`` for LL128 (Volta 20.0, Ampere 20.0, Hopper 36.7). LL is capped for the
   whole call at ``llMaxBws`` busbw (one node: Volta 39.0, Ampere 87.7, Hopper 141.0 GB/s): spread over NCCL's
@@ -132,7 +137,7 @@ class Model:
     Attributes
     ----------
     launch_us : the fixed cost of one call (us), added once: the host's part and the kernel's start.
-    step_us : the fixed cost of one message in a threadblock (us): flag polling and fences.
+    step_us : the fixed cost of one message a threadblock sends (us): the fence and the flag; once per hop.
     data_fraction : data bytes per byte on the wire.
     tb_gbps : a threadblock's copy rate (GB/s) for every threadblock; None: by GPU model (:func:`tb_rate`)
         times ``tb_factor``.

@@ -232,12 +232,12 @@ def _channel_cap(algorithm: str, nranks: int, top: int, threads: dict):
 
 def _loads(machine) -> tuple:
     """What bounds a call's time from below, per chunk byte: microseconds on the busiest link at full speed
-    (every send step puts ``cnt`` chunks on each link of its route), and per threadblock its steps that are
-    not nops, the chunks it sends (wire bytes) and the chunks it receives, copies or reduces locally (data
+    (every send step puts ``cnt`` chunks on each link of its route), and per threadblock its steps that send
+    (each pays the model's fixed cost per message, :mod:`colls.simulate.engine`), the chunks it sends (wire bytes) and the chunks it receives, copies or reduces locally (data
     bytes), and its base copy rate. Threadblocks sharing one list of steps are counted once."""
     link_chunks = np.zeros(len(machine.links))
-    counted = per_list(machine.steps, lambda steps: (             # steps, chunks sent, chunks handled locally
-        sum(1 for step in steps if not step[2]),
+    counted = per_list(machine.steps, lambda steps: (             # sending steps, chunks sent, chunks local
+        sum(1 for step in steps if step[0]),
         sum(step[3] for step in steps if step[0]),
         sum(step[3] for step in steps if not step[0] and not step[2])))
     per_tb = []
@@ -252,15 +252,17 @@ def _loads(machine) -> tuple:
 def lower_bound(loads, model, size: float, ncpl: int, eff: int) -> float:
     """No configuration runs a call of ``size`` faster (microseconds): the launch, plus the larger of the
     busiest link's bytes at its full bandwidth and the busiest threadblock's own work, which it does one
-    message at a time (:mod:`colls.simulate.engine`): at least one message per step that is not a nop in
-    every pass, each costing the model's fixed time per message, and every byte at the threadblock's copy
-    rate (wire bytes for what it sends, data bytes for what it handles locally). ``eff``: the bytes of one
+    message at a time (:mod:`colls.simulate.engine`): at least one message per step that sends in every
+    pass, each costing the model's fixed time per message, and every byte at the threadblock's copy
+    rate (wire bytes at the protocol's rate for what it sends, data bytes at Simple's rate for what it handles
+    locally). ``eff``: the bytes of one
     message of one chunk at most (:meth:`colls.simulate.engine.Machine.message_bytes`)."""
     link_us, (steps, sent, local, cap) = loads
     chunk = size / ncpl
     passes = len(pass_bytes(chunk, eff))
-    rate = np.full(len(cap), model.tb_gbps * 1000.0) if model.tb_gbps else cap * model.tb_factor
-    tb_us = float((steps * passes * model.step_us + (sent * chunk / model.data_fraction + local * chunk) / rate)
+    own = np.full(len(cap), model.tb_gbps * 1000.0) if model.tb_gbps else cap      # steps that do not send
+    rate = own if model.tb_gbps else own * model.tb_factor                          # steps that send
+    tb_us = float((steps * passes * model.step_us + sent * chunk / model.data_fraction / rate + local * chunk / own)
                   .max()) if len(cap) else 0.0
     return model.launch_us + max(link_us * chunk / model.data_fraction, tb_us)
 
@@ -321,7 +323,7 @@ class Chain:
 
     def bound(self, model, size: float, ncpl: int, eff: int, slots: int) -> float:
         """No call of ``size`` is faster (microseconds): the launch plus the longest chain of the first pass,
-        each step at least its messages' fixed costs and its bytes at the threadblock's copy rate, and after a
+        each step at least its sent messages' fixed costs and its bytes at the threadblock's copy rate, and after a
         threadblock's first pass, its work in the passes after it, one step after another."""
         if self.order is None:
             return 0.0
@@ -331,8 +333,9 @@ class Chain:
         order, fifo_preds = self._with_fifo(slots)
         single = [cnt <= mac for cnt in self.conn_cnt]      # connections whose steps are one message each
         wire = 1.0 / model.data_fraction
-        rate = np.full(len(self.tb_cap), model.tb_gbps * 1000.0) if model.tb_gbps else self.tb_cap * model.tb_factor
-        rate = rate.tolist()
+        own = np.full(len(self.tb_cap), model.tb_gbps * 1000.0) if model.tb_gbps else self.tb_cap
+        rate = (own if model.tb_gbps else own * model.tb_factor).tolist()      # sending; else Simple's (engine)
+        own = own.tolist()
         step = model.step_us
         lat = [x + (model.net_step_us if net else 0.0) for x, net in zip(self.latency, self.net)]
         start, end, first = [0.0] * len(self.nodes), [0.0] * len(self.nodes), [0.0] * len(self.nodes)
@@ -343,11 +346,12 @@ class Chain:
             if nop:
                 work = one = 0.0
             else:
-                per = b * (wire if snd else 1.0) / rate[ti]
-                msgs = message_count(cnt, mac)
-                work, one = msgs * step + per * cnt, step + (per if cnt > 0 else 0.0)
+                unit = wire / rate[ti] if snd else (wire if rcv else 1.0) / own[ti]    # us per data byte
+                per = b * unit
+                msgs = message_count(cnt, mac) if snd else 0      # only a send pays the fixed cost (engine)
+                work, one = msgs * step + per * cnt, (step if snd else 0.0) + (per if cnt > 0 else 0.0)
                 tb_msgs[ti] += msgs
-                tb_bytes[ti] += (wire if snd else 1.0) * cnt / rate[ti]
+                tb_bytes[ti] += unit * cnt
             s0, e0 = 0.0, 0.0
             for q, c in fifo_preds.get(n, ()):
                 if single[c]:

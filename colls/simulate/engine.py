@@ -19,14 +19,22 @@ What runs (``mscclRunInterpreter`` in the executor's ``msccl_kernel.cu``, ``mscc
 - **Connections.** Each (sender, receiver, channel) is a FIFO of :func:`colls.verify.execution.fifo_messages`
   slots (2 messages for Simple, 8 for LL and LL128). A send waits for a free slot, a receive for a message
   that has fully arrived; the slot is freed when the receiving step is done with it.
-- **Costs of a message.** The threadblock first spends the model's fixed per-message cost (flag polling and
-  fences, :class:`colls.runtimes.costs.Model`), then moves the bytes. A message that crosses the fabric is
+- **Costs of a message.** A threadblock that sends first spends the model's fixed per-message cost (the
+  system-wide fence and the flag it posts to the peer, :class:`colls.runtimes.costs.Model`), then moves the
+  bytes. A step that only receives, copies or reduces pays its bytes alone: the kernel's receive polls a flag
+  the sender has already posted (``waitPeer``) and posts its own without a fence (``postPeer`` fences only
+  for a send, ``prims_simple.h``), and local copies and reductions touch no flag at all. So a hop costs the
+  fixed cost once, as the runtime's own tuning charges it (``hwLat`` per ring step), whether its two ends
+  are one step (a ring's ``rrs``) or two (an ``s`` and an ``r``). A message that crosses the fabric is
   a *flow* over the physical links of its route (:meth:`colls.topology.Topology.route`); the bytes on the
   wire are the data bytes divided by the protocol's data fraction (LL moves 8 data bytes per 16). Every
   link's bandwidth (times its class's ``efficiency``) is shared max-min fairly among the flows crossing it
   at that moment, and no flow moves faster than its threadblock can copy. The message reaches the receiver
-  when its last byte has been sent plus the route's latency (the sum of its hops' latencies). Receiving
-  into a buffer, local copies and reductions cost the threadblock's copy rate. The call's fixed cost (kernel
+  when its last byte has been sent plus the route's latency (the sum of its hops' latencies). A step that
+  does not send (receiving into a buffer, local copies and reductions) works in its GPU's own memory at the
+  threadblock's Simple copy rate, whatever the protocol: a receive reads the protocol's lines (LL: 16 bytes
+  for 8 of data) that have already arrived, and the protocol's lower rate (NCCL's LL and LL128 caps) is
+  that of its lines crossing the link flag by flag, which the sender pays. The call's fixed cost (kernel
   launch) is added once.
 
 Max-min fairness is computed by progressive filling (all unfrozen flows grow at the same rate until a link
@@ -284,8 +292,11 @@ class _Run:
         self.wire = 1.0 / model.data_fraction
         T, C = len(m.tbs), len(m.conn_key)
         share = [1.0] * T if m.tb_scale is None else (m.tb_scale.get(proto) or m.tb_scale["Simple"])
-        self.tb_cap = ([model.tb_gbps * 1000.0 * f for f in share] if model.tb_gbps
-                       else [c * model.tb_factor * f for c, f in zip(m.tb_cap, share)])
+        # what a threadblock moves per us: sending, at its protocol's rate; otherwise at Simple's (the module)
+        self.local_cap = ([model.tb_gbps * 1000.0 * f for f in share] if model.tb_gbps
+                          else [c * f for c, f in zip(m.tb_cap, share)])
+        self.tb_cap = (self.local_cap if model.tb_gbps
+                       else [c * model.tb_factor for c in self.local_cap])
         self.it, self.pc, self.k = [0] * T, [0] * T, [0] * T
         self.busy = [False] * T
         self.flows_left = [0] * T                       # a sending message's flows still moving
@@ -393,7 +404,7 @@ class _Run:
                     self.sent[c2] += 1
             self.busy[ti] = True
             self.act_start[ti] = self.now
-            self.push(self.now + self.step_us, _START, ti)
+            self.push(self.now + (self.step_us if snd else 0.0), _START, ti)     # a hop's cost, on its send
             return
 
     def start(self, ti):
@@ -415,7 +426,8 @@ class _Run:
             self.flows_left[ti] = len(outs)
             self.rates_dirty = True
         else:
-            dur = nbytes / self.tb_cap[ti] if nbytes > 0 else 0.0
+            # the GPU's own memory at Simple's rate: a receive reads the protocol's lines (see the module)
+            dur = nbytes * (self.wire if rcv else 1.0) / self.local_cap[ti] if nbytes > 0 else 0.0
             self.push(self.now + dur, _LOCAL_DONE, ti)
 
     def complete(self, ti):
