@@ -146,8 +146,9 @@ def _model_text(topo, entries, launch: str = DEFAULT_LAUNCH) -> str:
     fam = family_of(models[0] if models else None)
     known = "" if all(is_known(m) for m in models) else f" (GPU not known: the {fam.name} figures)"
     costs = "; ".join(f"{p}: {fam.host_us[launch]:g} + {fam.launch_us[p]:g} us per call ({launch} launch), "
-                      f"{fam.step_us[p]:g} us per message, {DATA_FRACTION[p]:.3g} data per wire byte, a threadblock "
-                      f"copies at most {fam.tb_gbps[p]:g} GB/s" for p in protos)
+                      f"{fam.step_us[p]:g} us per message sent, {DATA_FRACTION[p]:.3g} data per wire byte, a "
+                      f"threadblock sends at most {fam.tb_gbps[p]:g} GB/s (copies in its own memory at "
+                      f"{fam.tb_gbps['Simple']:g})" for p in protos)
     return f"model ({fam.runtime} on {fam.name}{known}): {costs}; {eff}"
 
 

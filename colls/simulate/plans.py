@@ -54,7 +54,7 @@ def model(topology, launch: str = DEFAULT_LAUNCH) -> Model:
 def model_text(topology, launch: str = DEFAULT_LAUNCH) -> str:
     fam = family_of(topology.gpu_model())
     return (f"model (MSCCL++ executor on {fam.name}): {fam.host_us[launch]:g} us host launch ({launch}, NCCL's "
-            f"measured figure) + {rt.KERNEL_US:g} us kernel per call, {rt.STEP_US:g} us per message (signal and "
+            f"measured figure) + {rt.KERNEL_US:g} us kernel per call, {rt.STEP_US:g} us per message sent (signal and "
             f"wait), {rt.PORT_PROXY_US:.3g} us proxy delay per cross-node message, one message per step (per "
             f"{rt.PIPELINE_UNIT_BYTES >> 20} MiB slice when pipelined) and 2 slots per connection, a threadblock "
             f"copies at most {fam.tb_gbps['Simple']:g} GB/s (NCCL's figure)")
