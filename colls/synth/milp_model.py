@@ -320,11 +320,22 @@ def solve(problem: Problem, settings: Settings) -> Solution:
                 key = (img, g[u], g[v])
                 x[key] = lit
                 start[key] = own if shared or img == c else m.new_int_var(0, horizon, f"s{key}")
+    # Symmetric copies share their variables (above), so a copy's interval is the same (start, size, literal)
+    # as its representative's: one interval each, used on every link the copies cross (a second use on one
+    # link gets an interval of its own, as before: two equal transfers on a link cannot overlap). On a machine
+    # of many alike GPUs this keeps the model the size of its distinct parts instead of leaving CP-SAT's
+    # presolve to find the copies (tens of thousands of duplicate constraints at 128 ranks).
+    made: dict = {}
     for key, s in start.items():
         c, u, v = key
         conn = conns[u, v]
-        iv = m.new_optional_fixed_size_interval_var(s, conn.beta, x[key], f"i{key}")
+        sig = (s.index, x[key].index, conn.beta)
+        iv = made.get(sig)
+        if iv is None:
+            iv = made[sig] = m.new_optional_fixed_size_interval_var(s, conn.beta, x[key], f"i{key}")
         for link in conn.links:
+            if any(other is iv for other in by_link[link]):
+                iv = m.new_optional_fixed_size_interval_var(s, conn.beta, x[key], f"i{key}{link}")
             by_link[link].append(iv)
             load[link].append((conn.beta, x[key]))
     for c in range(len(problem.chunks)):
@@ -360,7 +371,13 @@ def solve(problem: Problem, settings: Settings) -> Solution:
             m.add(T >= arrive[c, d])
     if ordering:
         _own_first(m, problem, x, start)
+    stated: set = set()          # a link whose intervals and loads are another's (a symmetric copy) adds nothing
     for link in sorted(by_link, key=str):
+        same = (tuple(sorted(iv.index for iv in by_link[link])),
+                tuple(sorted((b, lit.index) for b, lit in load[link])))
+        if same in stated:
+            continue
+        stated.add(same)
         if len(by_link[link]) > 1:
             m.add_no_overlap(by_link[link])
         m.add(sum(b * lit for b, lit in load[link]) <= T)   # TACCL's stage-1 load bound, redundant
