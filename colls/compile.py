@@ -206,8 +206,8 @@ def _runtime_times(topology, kind: str, root: int, target: str, sizes: list, bou
     try:
         default = RuntimeDefault(topology, kind, root=root, target=target)
     except CollsError as e:
-        return [None] * len(sizes), [f"no algorithm of the runtime could be modelled ({e}): every size goes to "
-                                     "the fastest file"]
+        return [None] * len(sizes), [f"no algorithm of the runtime could be modelled ({e.reason}); every size "
+                                     "goes to the fastest file"]
     times = {i: default.time(sizes[i], bound)
              for i in reversed(range(len(sizes)))}
     return [times[i] for i in range(len(sizes))], list(default.notes)

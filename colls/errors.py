@@ -39,6 +39,7 @@ class CollsError(Exception):
     def __init__(self, message: str, *, source: str | None = None, key: str | None = None):
         self.source = source
         self.key = key
+        self.reason = printable(" ".join(str(message).split()), MAX_MESSAGE_CHARS)   # without source and key
         parts = []
         if source:
             parts.append(printable(str(source), 200))

@@ -394,3 +394,16 @@ def test_native_tree_quotient_and_steady_state_are_exact(name):
                     assert fast.link_bytes == pytest.approx(other.link_bytes, rel=1e-9)
                 jumped += fast.extrapolated_passes
     assert jumped > 0
+
+
+def test_an_alltoall_too_wide_for_the_p2p_model_is_refused_in_one_clear_line():
+    """NCCL's alltoall is modelled with a send and a receive threadblock per peer and channel; at 128 GPUs that
+    is 255 per GPU, more than an A100's 108 SMs. The refusal says so in one line (no nested error prefixes)
+    before laying the program out, and the runtime's default carries it as a note."""
+    from colls.simulate.baseline import RuntimeDefault
+    topo = hardware.load_topology("dgx-a100", nodes=16)
+    with pytest.raises(CollsError) as err:
+        RuntimeDefault(topo, "alltoall", target="exe")
+    text = str(err.value)
+    assert "255 threadblocks" in text and "108 SMs" in text and "p2p" in text
+    assert "--channels" not in text and text.count("--baseline") == 1 and "\n" not in text

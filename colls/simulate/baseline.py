@@ -198,7 +198,9 @@ class Baseline:
                     break
                 entries.append(({"channels": channels}, program, None))
         if not entries:
-            raise CollsError(f"NCCL's {algorithm} cannot be modelled here: {last_error}", key="--baseline")
+            why = getattr(last_error, "reason", last_error) or "no channel count fits"
+            raise CollsError(why if kind == "alltoall" else f"NCCL's {algorithm} cannot be modelled here: {why}",
+                             key="--baseline")
         cap = None
         if collective_channels:
             cap = _channel_cap(algorithm, topology.ngpus, max(e[0]["channels"] for e in entries),
@@ -456,7 +458,8 @@ class RuntimeDefault:
                                             protocols=protos))
                 self.algorithms.append("p2p" if kind == "alltoall" else a)
             except CollsError as e:            # e.g. a degraded machine with no link a tree edge needs
-                self.notes.append(f"{tgt.runtime}'s {a} is not modelled on this machine ({e})")
+                self.notes.append(f"{tgt.runtime}'s {'p2p' if kind == 'alltoall' else a} is not modelled on this "
+                                  f"machine: {e.reason}")
         if not self.timers:
             raise CollsError("; ".join(self.notes) or f"no algorithm of {tgt.runtime} runs {kind} here",
                              key="--baseline")

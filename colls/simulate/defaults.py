@@ -669,6 +669,12 @@ def _p2p_program(topology: Topology, collective: Collective, channels: int, prot
     block a rank keeps is one local copy per channel. Out-of-place, as NCCL's alltoall; proven like the
     others."""
     n = topology.ngpus
+    per_gpu, sms = channels * (2 * (n - 1) + 1), topology.min_sms()
+    if per_gpu > sms:       # what the proof below would find, said before laying out n x per_gpu threadblocks
+        raise CollsError(f"NCCL's alltoall on {n} GPUs: this model gives each of a GPU's {n - 1} peers a send and a "
+                         f"receive threadblock per channel, {per_gpu} threadblocks with {channels} channel(s), more "
+                         f"than the GPU's {sms} SMs (NCCL runs several peers on each channel's block, which is not "
+                         f"modelled)", key="--channels")
     ncpl = n * channels
     gpus = []
     for r in range(n):
