@@ -453,8 +453,12 @@ def budgeted(tgt: Target, max_threadblocks: int | None) -> Target:
 
 def _compile_ring(topology, collective, tgt, options, settings) -> Compiled:
     """The default ring count first; while the program exceeds the target's limits (threadblocks,
-    channels), the best count among the smaller ones."""
+    channels), the best count among the smaller ones: among the powers of two when the collective's chunks
+    are one (the default), so that the file's chunks per loop still divide the power-of-two calls users make
+    (6 rings of 16 ranks would leave 96 chunks per loop, which divide no power-of-two call: the runtime
+    would never run the file)."""
     refused: list = []
+    pow2 = not collective.chunks & (collective.chunks - 1)
     while True:
         seen: dict = {}
         try:
@@ -464,8 +468,12 @@ def _compile_ring(topology, collective, tgt, options, settings) -> Compiled:
             refused.append((rings, str(e)))
             if rings <= 1:
                 raise
-            options = dict(options, max_rings=rings - 1)
+            options = dict(options, max_rings=1 << ((rings - 1).bit_length() - 1) if pow2 else rings - 1)
             continue
+        n = result.program.nchunksperloop
+        if refused and n & (n - 1):
+            result.facts["chunks_note"] = (f"{n} chunks per loop divide no power-of-two call: the runtime runs this "
+                                           "file only for calls whose element count they divide")
         if refused:
             result.facts["limited_by"] = (f"{refused[0][0]} rings would not fit {tgt.name}: "
                                           f"{refused[0][1]}")

@@ -385,3 +385,17 @@ def test_ring_counts_fit_the_channels_once_their_steps_are_split():
     coll = Collective("allgather", 16)  # 15 steps: one segment, every count fits
     assert fitting_counts(coll, range(1, 9), 64, 32) == list(range(1, 9))
     assert fitting_counts(coll, range(1, 9), None, None) == list(range(1, 9))
+
+
+def test_a_ring_count_stepped_down_for_a_limit_stays_a_power_of_two():
+    """Lowered for MSCCL++ plans, 8 rings of 16 ranks need 40 channels (5 step segments each): more than 32.
+    The count steps down to 4, not 6: 6 rings would leave 96 chunks per loop, which divide no power-of-two
+    call, so the runtime would never run the file."""
+    from colls import pipeline
+    from colls.inputs.hardware import load_topology
+    topo = load_topology("dgx-a100", nodes=2)
+    c = pipeline.compile_schedule(topo, Collective("allreduce", 16), "ring", target="mscclpp", in_memory=True,
+                                  prove=False)
+    n = c.program.nchunksperloop
+    assert not n & (n - 1), n
+    assert c.facts["rings_tried"] == [8, 4] and c.schedule.info["rings"] == 4
