@@ -163,6 +163,16 @@ def model_for(proto: str | None, gpu_model: str | None = None, *, launch: str = 
                  fam.tb_gbps[proto] / fam.tb_gbps["Simple"], fam.net_step_us)
 
 
+def tb_rates(model: Model, caps, share=None) -> tuple[list, list]:
+    """Each threadblock's rates in bytes per us, from its base copy rate ``caps`` (bytes per us, by GPU) and
+    its ``share`` of a whole block's threads (None: whole blocks): what it moves in its own GPU's memory
+    (Simple's rate: receives, copies, reductions) and what it sends (its protocol's rate,
+    :mod:`colls.simulate.engine`). A model with a fixed ``tb_gbps`` gives that rate to both."""
+    share = share if share is not None else [1.0] * len(caps)
+    own = [(model.tb_gbps * 1000.0 if model.tb_gbps else c) * f for c, f in zip(caps, share)]
+    return own, (own if model.tb_gbps else [x * model.tb_factor for x in own])
+
+
 def for_protocol(proto: str | None, tb_gbps: float | None = None, *, gpu_model: str | None = None,
                  launch: str = DEFAULT_LAUNCH) -> Model:
     """:func:`model_for` with the threadblock rate optionally fixed (tests and what-if runs)."""

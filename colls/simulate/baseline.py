@@ -35,7 +35,7 @@ from colls.simulate import Timing, served, simulate
 from colls.simulate.engine import Machine, message_count, pass_bytes
 from colls.verify.execution import max_allowed_count
 from colls.simulate.symmetry import per_list
-from colls.runtimes.costs import DEFAULT_LAUNCH, model_for
+from colls.runtimes.costs import DEFAULT_LAUNCH, model_for, tb_rates
 from colls.runtimes import get_target
 from colls.runtimes import nccl as nccl_facts
 
@@ -198,9 +198,9 @@ class Baseline:
                     break
                 entries.append(({"channels": channels}, program, None))
         if not entries:
+            shown = "p2p alltoall" if kind == "alltoall" else algorithm      # alltoall runs as grouped sends
             why = getattr(last_error, "reason", last_error) or "no channel count fits"
-            raise CollsError(why if kind == "alltoall" else f"NCCL's {algorithm} cannot be modelled here: {why}",
-                             key="--baseline")
+            raise CollsError(f"{tgt.runtime}'s {shown} cannot be modelled here: {why}", key="--baseline")
         cap = None
         if collective_channels:
             cap = _channel_cap(algorithm, topology.ngpus, max(e[0]["channels"] for e in entries),
@@ -262,8 +262,7 @@ def lower_bound(loads, model, size: float, ncpl: int, eff: int) -> float:
     link_us, (steps, sent, local, cap) = loads
     chunk = size / ncpl
     passes = len(pass_bytes(chunk, eff))
-    own = np.full(len(cap), model.tb_gbps * 1000.0) if model.tb_gbps else cap      # steps that do not send
-    rate = own if model.tb_gbps else own * model.tb_factor                          # steps that send
+    own, rate = (np.array(x, dtype=float) for x in tb_rates(model, cap))      # not sending; sending
     tb_us = float((steps * passes * model.step_us + sent * chunk / model.data_fraction / rate + local * chunk / own)
                   .max()) if len(cap) else 0.0
     return model.launch_us + max(link_us * chunk / model.data_fraction, tb_us)
@@ -335,9 +334,7 @@ class Chain:
         order, fifo_preds = self._with_fifo(slots)
         single = [cnt <= mac for cnt in self.conn_cnt]      # connections whose steps are one message each
         wire = 1.0 / model.data_fraction
-        own = np.full(len(self.tb_cap), model.tb_gbps * 1000.0) if model.tb_gbps else self.tb_cap
-        rate = (own if model.tb_gbps else own * model.tb_factor).tolist()      # sending; else Simple's (engine)
-        own = own.tolist()
+        own, rate = tb_rates(model, self.tb_cap.tolist())        # not sending (Simple's rate); sending (engine)
         step = model.step_us
         lat = [x + (model.net_step_us if net else 0.0) for x, net in zip(self.latency, self.net)]
         start, end, first = [0.0] * len(self.nodes), [0.0] * len(self.nodes), [0.0] * len(self.nodes)
@@ -458,8 +455,10 @@ class RuntimeDefault:
                                             protocols=protos))
                 self.algorithms.append("p2p" if kind == "alltoall" else a)
             except CollsError as e:            # e.g. a degraded machine with no link a tree edge needs
-                self.notes.append(f"{tgt.runtime}'s {'p2p' if kind == 'alltoall' else a} is not modelled on this "
-                                  f"machine: {e.reason}")
+                # Baseline's own refusal (key --baseline) names the algorithm already; anything else does not
+                self.notes.append(e.reason if e.key == "--baseline" else
+                                  f"{tgt.runtime}'s {'p2p alltoall' if kind == 'alltoall' else a} is not modelled "
+                                  f"on this machine: {e.reason}")
         if not self.timers:
             raise CollsError("; ".join(self.notes) or f"no algorithm of {tgt.runtime} runs {kind} here",
                              key="--baseline")

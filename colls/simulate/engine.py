@@ -68,7 +68,7 @@ import numpy as np
 
 from colls.errors import CollsError
 from colls.program import STEP_SEMANTICS, Program
-from colls.runtimes.costs import Model, tb_rate
+from colls.runtimes.costs import Model, tb_rate, tb_rates
 from colls.simulate.symmetry import per_list
 from colls.topology import NIC, Topology
 from colls.verify.execution import chunk_effective_bytes, fifo_messages, max_allowed_count
@@ -291,12 +291,9 @@ class _Run:
         self.net_us = model.net_step_us
         self.wire = 1.0 / model.data_fraction
         T, C = len(m.tbs), len(m.conn_key)
-        share = [1.0] * T if m.tb_scale is None else (m.tb_scale.get(proto) or m.tb_scale["Simple"])
+        share = None if m.tb_scale is None else (m.tb_scale.get(proto) or m.tb_scale["Simple"])
         # what a threadblock moves per us: sending, at its protocol's rate; otherwise at Simple's (the module)
-        self.local_cap = ([model.tb_gbps * 1000.0 * f for f in share] if model.tb_gbps
-                          else [c * f for c, f in zip(m.tb_cap, share)])
-        self.tb_cap = (self.local_cap if model.tb_gbps
-                       else [c * model.tb_factor for c in self.local_cap])
+        self.local_cap, self.tb_cap = tb_rates(model, m.tb_cap, share)
         self.it, self.pc, self.k = [0] * T, [0] * T, [0] * T
         self.busy = [False] * T
         self.flows_left = [0] * T                       # a sending message's flows still moving
