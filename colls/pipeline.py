@@ -334,17 +334,22 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
         except CollsError:
             continue            # more than the target loads: the next best
     if best is None:                # no power of two beside it loads: the count itself (or the one it steps down to)
-        result = _compile_method(*args, options, progress, in_memory, prove)
-        n = result.program.nchunksperloop
-        if n & (n - 1):
-            result.facts["chunks_note"] = (f"{n} chunks per loop divide no power-of-two call: the runtime runs this "
-                                           "file only for calls whose element count they divide")
-        return result
+        return _note_chunks(_compile_method(*args, options, progress, in_memory, prove))
     best.facts["chunks_note"] = (f"{best.schedule.info.get(info_key)} {words}, not {count}: {count} would leave "
                                  f"{ncpl} chunks per loop, which divide no power-of-two call")
     if method == "trees":
         best.facts["trees_per_gpu_tried"] = [count, best.schedule.info.get(info_key)]
     return best
+
+
+def _note_chunks(result: Compiled) -> Compiled:
+    """``result`` with a note when its chunks per loop divide no power-of-two call (the runtime would run it
+    only for calls whose element count they divide)."""
+    n = result.program.nchunksperloop
+    if n & (n - 1):
+        result.facts["chunks_note"] = (f"{n} chunks per loop divide no power-of-two call: the runtime runs this "
+                                       "file only for calls whose element count they divide")
+    return result
 
 
 def proved(compiled: Compiled, *, progress: Callable[[str], None] | None = None, in_memory: bool = False,
@@ -470,11 +475,8 @@ def _compile_ring(topology, collective, tgt, options, settings) -> Compiled:
                 raise
             options = dict(options, max_rings=1 << ((rings - 1).bit_length() - 1) if pow2 else rings - 1)
             continue
-        n = result.program.nchunksperloop
-        if refused and n & (n - 1):
-            result.facts["chunks_note"] = (f"{n} chunks per loop divide no power-of-two call: the runtime runs this "
-                                           "file only for calls whose element count they divide")
         if refused:
+            _note_chunks(result)
             result.facts["limited_by"] = (f"{refused[0][0]} rings would not fit {tgt.name}: "
                                           f"{refused[0][1]}")
             result.facts["rings_tried"] = [r for r, _ in refused] + [seen["rings"]]
