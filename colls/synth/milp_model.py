@@ -326,17 +326,19 @@ def solve(problem: Problem, settings: Settings) -> Solution:
     # of many alike GPUs this keeps the model the size of its distinct parts instead of leaving CP-SAT's
     # presolve to find the copies (tens of thousands of duplicate constraints at 128 ranks).
     made: dict = {}
+    placed: set = set()          # (link, interval signature) whose shared interval is on that link
     for key, s in start.items():
         c, u, v = key
         conn = conns[u, v]
         sig = (s.index, x[key].index, conn.beta)
-        iv = made.get(sig)
-        if iv is None:
-            iv = made[sig] = m.new_optional_fixed_size_interval_var(s, conn.beta, x[key], f"i{key}")
+        if sig not in made:
+            made[sig] = m.new_optional_fixed_size_interval_var(s, conn.beta, x[key], f"i{key}")
         for link in conn.links:
-            if any(other is iv for other in by_link[link]):
-                iv = m.new_optional_fixed_size_interval_var(s, conn.beta, x[key], f"i{key}{link}")
-            by_link[link].append(iv)
+            if (link, sig) in placed:
+                by_link[link].append(m.new_optional_fixed_size_interval_var(s, conn.beta, x[key], f"i{key}{link}"))
+            else:
+                placed.add((link, sig))
+                by_link[link].append(made[sig])
             load[link].append((conn.beta, x[key]))
     for c in range(len(problem.chunks)):
         ch = problem.chunks[c]
