@@ -231,7 +231,7 @@ def hardware_import(path, output, name, gpu_model, sms, link_bandwidth):
 @without_option
 @click.option("--collective", required=True, type=Choice(KINDS), help="The collective.")
 @click.option("--method", default="ring", show_default=True, metavar="NAME",
-              help="Synthesis method: ring, direct, trees, milp.")
+              help="Synthesis method: ring, direct, trees, milp, hier (several nodes: node trees and rail rings).")
 @click.option("-o", "--output", required=True, metavar="FILE",
               help="Where to write the XML, or the plan for --target mscclpp (written only after it verified): a "
                    "regular file or a new name.")
@@ -414,7 +414,7 @@ NCCL_STEPS_BYTES = 8          # a buffer holds NCCL_STEPS slots of at least a by
 @click.option("--root", type=Whole(0, MAX_NODES * MAX_COPIES), default=None,
               help="Root rank of broadcast/reduce (a file serves one root only).")
 @click.option("--methods", default=",".join(("ring", "direct", "trees", "milp")), show_default=True,
-              metavar="LIST", help="The methods to try, comma-separated.")
+              metavar="LIST", help="The methods to try, comma-separated (hier only when named).")
 @click.option("--sizes", default="1KB:1GB:4", show_default=True,
               help="The call sizes to simulate and choose at (as colls simulate --sizes); ranges change "
                    "hands only at these sizes.")
@@ -443,9 +443,10 @@ def compile_cmd(hardware, nodes, collective, output, target, root, methods, size
     from colls import compile as comp
     from colls.simulate import parse_sizes
     names = [m.strip() for m in methods.split(",") if m.strip()]
-    bad = [m for m in names if m not in comp.METHODS]
+    known = comp.METHODS + comp.OPTIONAL_METHODS
+    bad = [m for m in names if m not in known]
     if not names or bad or len(set(names)) != len(names):
-        raise CollsError(f"expected a comma list of distinct {', '.join(comp.METHODS)}, got {excerpt(methods)}",
+        raise CollsError(f"expected a comma list of distinct {', '.join(known)}, got {excerpt(methods)}",
                          key="--methods")
     if (sketch_path is not None or time_limit is not None) and "milp" not in names:
         raise CollsError("applies to method milp, which --methods leaves out",

@@ -51,6 +51,9 @@ from colls.simulate import Timing, parse_sizes, served, size_text
 from colls.simulate.baseline import Fastest, RuntimeDefault
 
 METHODS = ("ring", "direct", "trees", "milp")
+# methods compile runs only when --methods names them: hier (node trees and rail rings) is made for machines of
+# many nodes, where it is the one method whose steps grow with the nodes over the GPUs per node
+OPTIONAL_METHODS = ("hier",)
 COPIES = (1, 2, 4, 8, 16, 32)
 # milp's solver budget per stage in compile, CP-SAT deterministic seconds (synth's default is 10): measured on a
 # 2-core AMD EPYC, the 4 x DGX A100 alltoall reaches at 0.5 the schedule it has at 10 (34.06 us, 82 s of wall

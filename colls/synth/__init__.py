@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Callable
 
 from colls.errors import CollsError
-from colls.synth import direct, milp, ring, trees
+from colls.synth import direct, hier, milp, ring, trees
 from colls.synth.common import checked_route, schedule_facts  # noqa: F401  (re-exported)
 
 METHODS: dict[str, Callable] = {"ring": ring.synthesize, "direct": direct.synthesize,
-                                "trees": trees.synthesize}
+                                "trees": trees.synthesize, "hier": hier.synthesize}
 METHODS["milp"] = milp.synthesize
 
 

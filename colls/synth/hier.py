@@ -1,0 +1,372 @@
+"""Hierarchical schedules: each node's own fabric inside the node, the NIC rails across nodes.
+
+Every node of a multi-node machine is the same, and rank ``r`` is GPU ``r % G`` of node ``r // G``
+(:meth:`Topology.node_major`); rail ``g`` is GPU ``g`` of every node. A block is one rank's share of the
+buffer (``c`` chunks). The blocks of node ``m`` are cut into pieces of ``span`` consecutive blocks, and each
+piece crosses the nodes on one rail only:
+
+==============  ==========================================================================================
+collective      what happens
+==============  ==========================================================================================
+allgather       (1) every GPU's block goes to the other GPUs of its node, down a local tree rooted at it;
+                (2) every piece goes from its rail's GPU in its own node around a ring of that rail's GPUs
+                over all nodes, one chunk per step; (3) each rail GPU sends every piece it received down
+                the local tree rooted at it.
+reducescatter   the same backwards: in every node, the local GPUs' inputs for each other node's piece are
+                summed up the local tree towards the piece's rail GPU; the sums go around the rail ring,
+                each one reduced on its way, to the piece's own node; the rail GPU there passes each
+                block's total to the block's GPU, which adds it to the sum of its own node's inputs (also
+                made up a local tree).
+allreduce       the reducescatter above into each rank's block of the output, then the allgather of those
+                blocks (the chunk factor is rounded up to a multiple of the rank count).
+==============  ==========================================================================================
+
+Pieces. ``span`` 1: rail ``g`` carries block ``(m, g)`` of every node ``m``; every node feeds every rail, so
+each ring link carries the ``N - 1`` blocks the optimum needs, and a rail GPU passes ``N - 1`` pieces to each
+local peer. ``span`` G: node ``m``'s whole block (G contiguous blocks) rides rail ``m mod G``; a rail GPU then
+passes about ``N / G`` pieces to each peer, so a rank's steps grow with the number of nodes over G, not with
+the number of GPUs, at the cost of links into a node that feeds no piece to that rail carrying ``N`` blocks
+where ``N - 1`` would do (``N / (N - 1)`` of the optimum). The default is 1 up to G nodes and G beyond, where
+1 would need ``(G - 1)(N - 1)`` local sends a rank.
+
+Local trees. Inside a node, a block goes from GPU ``a`` to GPU ``b`` straight where the node has a route
+(an NVSwitch: every pair), else through the GPUs of a breadth-first tree over the node's direct links
+(MI250's xGMI mesh, NDv2's hybrid cube-mesh), each relay storing the block before sending it on (allgather)
+or adding its own input to what its children sent (reducescatter, in scratch).
+
+Every node runs the same program seen from itself: the ring's hops, the trees and the pieces depend on
+a GPU's local index and on node offsets only.
+"""
+
+from __future__ import annotations
+
+from colls.collectives import Collective
+from colls.errors import CollsError
+from colls.schedule import Op, Schedule
+from colls.synth.common import schedule_facts
+from colls.topology import Topology
+
+METHOD = "hier"
+KINDS = ("allgather", "reducescatter", "allreduce")
+OWN, RAIL, FAR = 0, 1, 2        # lanes: a node's own blocks, the rail rings, the pieces from other nodes
+
+
+def synthesize(topology: Topology, collective: Collective, *, span: int | None = None, **options) -> Schedule:
+    """A hierarchical schedule of ``collective`` on a multi-node ``topology``; ``span`` (1 or the GPUs per
+    node) overrides the default piece size. Other options are ignored.
+
+    Raises CollsError for a collective other than allgather, reducescatter and allreduce, for one node (no
+    hierarchy: ring or trees), for a machine whose ranks are not node-major, and when a node's GPUs are not
+    all connected by its own links."""
+    kind = collective.kind
+    if kind not in KINDS:
+        raise CollsError(f"{METHOD}: no hierarchical schedule for {kind} (the hier method does "
+                         f"{', '.join(KINDS)}; use another method)", key="--collective")
+    if collective.nranks != topology.ngpus:
+        raise CollsError(f"{METHOD}: the collective has {collective.nranks} ranks but {topology.name} has "
+                         f"{topology.ngpus} GPUs")
+    nodes, per = topology.node_major()
+    if nodes < 2:
+        why = ("one node has no hierarchy" if topology.nodes < 2 else
+               "its ranks are not numbered node by node, GPU r % G of node r // G")
+        raise CollsError(f"{METHOD}: {topology.name}: {why}; use --method ring or trees", key="--method")
+    if span is None:
+        span = 1 if nodes <= per else per
+    if span not in (1, per):
+        raise CollsError(f"{METHOD}: span must be 1 or the GPUs per node ({per}), got {span}", key="span")
+    n = collective.nranks
+    if kind == "allreduce":
+        collective = collective.with_chunks(n * -(-collective.chunks // n))
+    build = _Builder(topology, collective, nodes, per, span)
+    if kind == "allgather":
+        ops, _ = build.allgather(0, lambda r: ("i", 0))
+    elif kind == "reducescatter":
+        ops, _ = build.reducescatter(0, lambda r: ("o", 0))
+    else:
+        cb = build.cb
+        ops, end = build.reducescatter(0, lambda r: ("o", r * cb))
+        more, _ = build.allgather(end, lambda r: ("o", r * cb))
+        ops += more
+    schedule = Schedule(collective, ops, METHOD, build.scratch_size())
+    schedule.info.update(schedule_facts(schedule, topology))
+    schedule.info.update({"span": span, "rails": per, "local_depth": build.depth,
+                          "pieces_per_rail": len(build.pieces) // per})
+    return schedule
+
+
+class _Builder:
+    """The ops of one collective's phases on ``nodes`` nodes of ``per`` GPUs, ``cb`` chunks a block."""
+
+    def __init__(self, topology: Topology, coll: Collective, nodes: int, per: int, span: int):
+        self.topology, self.nodes, self.per, self.span = topology, nodes, per, span
+        n = coll.nranks
+        self.cb = coll.chunks if coll.kind != "allreduce" else coll.chunks // n
+        self.parent, self.down = _local_trees(topology, per)
+        self.depth = max((len(levels) for levels in self.down), default=0)
+        # piece = (node m, its rail g, first block, blocks): span 1: block (m, g) on rail g; span G: node m's
+        # blocks on rail m mod G
+        self.pieces = []
+        for m in range(nodes):
+            for j in range(per // span):
+                rail = j if span == 1 else m % per
+                self.pieces.append((m, rail, m * per + j * span, span))
+        self.pieces.sort(key=lambda p: (p[1], p[0]))
+        self._slots: list[dict] = [dict() for _ in range(n)]
+        self._size = [0] * n
+        self._routes: dict = {}
+
+    # --- helpers ------------------------------------------------------------------------------------------
+    def rank(self, node: int, local: int) -> int:
+        return (node % self.nodes) * self.per + local
+
+    def route(self, a: int, b: int) -> tuple:
+        key = (a, b)
+        if key not in self._routes:
+            self._routes[key] = self.topology.route(a, b)
+        return self._routes[key]
+
+    def op(self, step, a, b, src, dst, count, lane, reduce=None) -> Op:
+        return Op(step, a, b, src[0], src[1], dst[0], dst[1], count, reduce, lane,
+                  self.route(a, b) if a != b else ())
+
+    def slot(self, rank: int, key, count: int) -> tuple:
+        """Scratch of ``count`` chunks at ``rank`` for ``key`` (its own place: keys are per purpose and
+        piece, seen from the rank's node)."""
+        slots = self._slots[rank]
+        if key not in slots:
+            slots[key] = self._size[rank]
+            self._size[rank] += count
+        return ("s", slots[key])
+
+    def scratch_size(self) -> int:
+        return max(self._size, default=0)
+
+    # --- allgather ----------------------------------------------------------------------------------------
+    def allgather(self, t0: int, own) -> tuple[list[Op], int]:
+        """Every rank's block (at ``own(rank)``) into every rank's output, from step ``t0``; returns the
+        ops and the first step after them."""
+        N, G, cb = self.nodes, self.per, self.cb
+        ops = []
+        for r in range(N * G):
+            if own(r) != ("o", r * cb):
+                ops.append(self.op(t0, r, r, own(r), ("o", r * cb), cb, OWN))
+        for node in range(N):
+            for h in range(G):
+                r = self.rank(node, h)
+                ops += self._down(node, h, ("o", r * cb), cb, t0, OWN)
+        start = t0 + self.depth + 1
+        end = start
+        for g in range(G):
+            pieces = [p for p in self.pieces if p[1] == g]
+            # piece i's chunk q leaves node m at hop 1 and reaches node m + k at hop k
+            slots = _ring_slots(N, {p[0]: [(i, q) for q in range(p[3] * cb)] for i, p in enumerate(pieces)})
+            for i, (m, _, first, blocks) in enumerate(pieces):
+                x0, length = first * cb, blocks * cb
+                for q in range(length):
+                    for k, slot in enumerate(slots[(i, q)], start=1):
+                        ops.append(self.op(start + slot, self.rank(m + k - 1, g), self.rank(m + k, g),
+                                           ("o", x0 + q), ("o", x0 + q), 1, RAIL))
+                for k in range(1, N):
+                    arrived = start + max(slots[(i, q)][k - 1] for q in range(length))
+                    more = self._down(m + k, g, ("o", x0), length, arrived, FAR)
+                    ops += more
+                    end = max([end, arrived + 1] + [o.step + 1 for o in more])
+        return ops, end
+
+    def _down(self, node: int, root: int, where: tuple, count: int, t: int, lane: int) -> list[Op]:
+        """``count`` chunks at ``where`` (the same place on every GPU) from GPU ``root`` of ``node`` to the
+        others down the local tree: level ``d`` at step ``t + d``."""
+        ops = []
+        for d, level in enumerate(self.down[root], start=1):
+            for parent, child in level:
+                ops.append(self.op(t + d, self.rank(node, parent), self.rank(node, child), where, where, count,
+                                   lane))
+        return ops
+
+    # --- reducescatter ------------------------------------------------------------------------------------
+    def reducescatter(self, t0: int, own) -> tuple[list[Op], int]:
+        """Every rank's block summed over all inputs into ``own(rank)``, from step ``t0``; returns the ops
+        and the first step after them."""
+        N, G, cb = self.nodes, self.per, self.cb
+        ops = []
+        ends = [t0]
+        for node in range(N):
+            for h in range(G):
+                r = self.rank(node, h)
+                ops += self._up(node, h, r * cb, cb, own(r), ("own", h), t0, OWN, ends)
+        partial = {}
+        for m, g, first, blocks in self.pieces:
+            x0, length = first * cb, blocks * cb
+            for k in range(1, N):       # node m + k sums its inputs for node m's piece at its rail GPU
+                node = m + k
+                at = self.rank(node, g)
+                where = self.slot(at, ("sum", k, first % G), length) if G > 1 else ("i", x0)
+                partial[(node % N, first)] = where
+                ops += self._up(node, g, x0, length, where, ("sum", k, first % G), t0, FAR, ends)
+        start = max(ends)
+        end = start
+        for g in range(G):
+            pieces = [p for p in self.pieces if p[1] == g]
+            # piece i (node m's) starts at node m + 1 and its chunk q reaches node m + k + 1 at hop k
+            slots = _ring_slots(N, {(p[0] + 1) % N: [(i, q) for q in range(p[3] * cb)]
+                                    for i, p in enumerate(pieces)})
+            for i, (m, _, first, blocks) in enumerate(pieces):
+                x0, length = first * cb, blocks * cb
+                home = self.rank(m, g)
+                arrived = {}
+                for q in range(length):
+                    x = x0 + q
+                    for k, slot in enumerate(slots[(i, q)], start=1):    # the last hop reaches node m
+                        a, b = self.rank(m + k, g), self.rank(m + k + 1, g)
+                        step = start + slot
+                        src = _at(partial[((m + k) % N, first)], q) if k == 1 else ("t", x)
+                        if k < N - 1:
+                            ops.append(self.op(step, a, b, src, ("t", x), 1, RAIL,
+                                               reduce=_at(partial[((m + k + 1) % N, first)], q)))
+                        elif x // cb == home:       # the home GPU's own block: added to its own node's sum
+                            mine = _at(own(home), x - home * cb)    # one GPU a node: no sum yet, its input
+                            ops.append(self.op(step, a, b, src, mine, 1, RAIL,
+                                               reduce=mine if G > 1 else ("i", x)))
+                        else:
+                            ops.append(self.op(step, a, b, src,
+                                               _at(self.slot(home, ("home", first % G), length), q), 1, RAIL))
+                        end = max(end, step + 1)
+                        arrived[x // cb] = max(arrived.get(x // cb, 0), step)
+                for blk in range(first, first + blocks):     # each other block's total to its GPU
+                    if blk == home:
+                        continue
+                    src = _at(self.slot(home, ("home", first % G), length), (blk - first) * cb)
+                    more = self._path(m, g, blk % G, src, own(blk), cb, arrived[blk], FAR, ("pass", blk % G))
+                    ops += more
+                    end = max([end] + [o.step + 1 for o in more])
+        return ops, end
+
+    def _up(self, node: int, root: int, x0: int, count: int, target: tuple, key, t0: int, lane: int,
+            ends: list) -> list[Op]:
+        """The sum over ``node``'s GPUs of input chunks ``x0 ..`` into ``target`` at GPU ``root``, up the local
+        tree: a relay adds what each child sent to its own input in scratch, then sends that on; the children
+        of one GPU send at distinct steps (each adds into the same chunks)."""
+        ops = []
+        G = self.per
+        if G == 1:
+            return ops
+        order = [child for level in reversed(self.down[root]) for _, child in level]
+        kids: dict = {}
+        for child in order:
+            kids.setdefault(self.parent[root][child], []).append(child)
+        done: dict = {}
+
+        def finish(v: int) -> int:
+            if v in done:
+                return done[v]
+            t = t0
+            here = self.rank(node, v)
+            acc = target if v == root else self.slot(here, ("up",) + (key, v), count)
+            first = True
+            for child in sorted(kids.get(v, []), key=lambda c: (finish(c), c)):
+                t = max(t, finish(child))
+                src = ("i", x0) if child not in kids else self.slot(self.rank(node, child), ("up",) + (key, child),
+                                                                    count)
+                ops.append(self.op(t, self.rank(node, child), here, src, acc, count, lane,
+                                   reduce=("i", x0) if first else acc))
+                first = False
+                t += 1
+            done[v] = t
+            return t
+
+        ends.append(finish(root))
+        return ops
+
+    def _path(self, node: int, a: int, b: int, src: tuple, dst: tuple, count: int, t: int, lane: int, key
+              ) -> list[Op]:
+        """``count`` chunks from ``src`` at GPU ``a`` of ``node`` added into ``dst`` at GPU ``b``, along the
+        local tree rooted at ``a`` (each relay stores them in scratch)."""
+        path = [b]
+        while path[-1] != a:
+            path.append(self.parent[a][path[-1]])
+        path.reverse()
+        ops = []
+        here = src
+        for i, (u, v) in enumerate(zip(path, path[1:]), start=1):
+            last = v == b
+            there = dst if last else self.slot(self.rank(node, v), key + (v,), count)
+            ops.append(self.op(t + i, self.rank(node, u), self.rank(node, v), here, there, count, lane,
+                               reduce=dst if last else None))
+            here = there
+        return ops
+
+
+def _ring_slots(nodes: int, items: dict) -> dict:
+    """When each item crosses each hop of a ring of ``nodes`` nodes (node n sends to n + 1), one item per
+    link a slot: ``items[n]`` are the items node ``n`` puts on the ring, in order; each goes ``nodes - 1``
+    hops. A node forwards what it received in the slot before at once (so a relay's receive and send are one
+    instruction, and nothing waits in between), and puts its own next item on the ring when it has nothing
+    to forward. Returns item -> the slot of each hop."""
+    queue = {n: list(reversed(v)) for n, v in items.items() if v}
+    hops: dict = {}
+    moving: dict = {}               # node -> (item, hops made) it received in the last slot
+    slot = 0
+    while queue or moving:
+        sent = {}
+        for n in range(nodes):
+            got = moving.get(n)
+            if got is not None and got[1] < nodes - 1:
+                item, made = got
+            elif queue.get(n):
+                item, made = queue[n].pop(), 0
+                if not queue[n]:
+                    del queue[n]
+            else:
+                continue
+            hops.setdefault(item, []).append(slot)
+            sent[(n + 1) % nodes] = (item, made + 1)
+        moving = sent
+        slot += 1
+    return hops
+
+
+def _at(where: tuple, offset: int) -> tuple:
+    return (where[0], where[1] + offset)
+
+
+def _local_trees(topology: Topology, per: int) -> tuple[list[dict], list[list]]:
+    """For each local GPU ``g``: ``parent[g]`` (child -> parent) and ``down[g]`` (levels of (parent, child)
+    edges) of a breadth-first tree over node 0's routes inside the node; among the GPUs of the level above,
+    a child takes the one with the widest route, then the one with the fewest children so far, then the
+    nearest local index after the root. CollsError when a node's GPUs are not all connected."""
+    near: dict = {}
+    for a in range(per):
+        for b in range(per):
+            if a != b:
+                route = topology.route(a, b)
+                if route is not None:
+                    near.setdefault(a, []).append((b, topology.route_bandwidth(route)))
+    parents, downs = [], []
+    for root in range(per):
+        parent: dict = {}
+        levels: list = []
+        frontier, seen = [root], {root}
+        load: dict = {}
+        while len(seen) < per:
+            reach: dict = {}
+            for u in frontier:
+                for v, bw in near.get(u, []):
+                    if v not in seen:
+                        reach.setdefault(v, []).append((u, bw))
+            if not reach:
+                missing = min(set(range(per)) - seen)
+                raise CollsError(f"{METHOD}: GPU {missing} of {topology.name}'s nodes cannot be reached from GPU "
+                                 f"{root} over the node's own links", key="--method")
+            level = []
+            for v in sorted(reach, key=lambda v: (v - root) % per):
+                u = max(reach[v], key=lambda ub: (ub[1], -load.get(ub[0], 0), -((ub[0] - root) % per)))[0]
+                parent[v] = u
+                load[u] = load.get(u, 0) + 1
+                level.append((u, v))
+            levels.append(level)
+            seen |= set(reach)
+            frontier = [v for _, v in level]
+        parents.append(parent)
+        downs.append(levels)
+    return parents, downs
+

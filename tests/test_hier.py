@@ -1,0 +1,132 @@
+"""Tests of colls.synth.hier: the hierarchical schedules (local trees inside each node, rings along the NIC
+rails across nodes) compute their collective in place and out of place on every kind of node, their
+steps grow with the nodes over the GPUs per node, their rings never put two chunks on a link at once, and
+what the method cannot do is refused in one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+import topos
+from colls import bound
+from colls.collectives import Collective
+from colls.errors import CollsError
+from colls.inputs import hardware
+from colls.synth import hier
+
+KINDS = ("allgather", "reducescatter", "allreduce")
+_cache: dict = {}
+
+
+def machine(profile: str, nodes: int):
+    if (profile, nodes) not in _cache:
+        _cache[(profile, nodes)] = hardware.load_topology(profile, nodes=nodes)
+    return _cache[(profile, nodes)]
+
+
+def synth(topo, kind, chunks=1, **options):
+    return hier.synthesize(topo, Collective(kind, topo.ngpus, chunks), **options)
+
+
+# switch nodes with a NIC per GPU, a NIC per two GPUs (dgx2), one NIC for eight (ndv2, whose cube-mesh
+# and MI250's xGMI mesh need relays inside the node); node counts below, at and above the GPUs per node,
+# and one that is not a multiple of them
+@pytest.mark.parametrize("profile, nodes", [("dgx-a100", 2), ("dgx-a100", 3), ("dgx-a100", 9), ("dgx2", 2),
+                                            ("ndv2", 2), ("mi250", 2), ("dgx-h100", 4)])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("span", ["default", 1, "per"])
+def test_every_schedule_computes_its_collective_in_place_and_out_of_place(profile, nodes, kind, span):
+    topo = machine(profile, nodes)
+    if span == "per":
+        span = topo.gpus_per_node
+    s = synth(topo, kind, span=None if span == "default" else span)
+    s.check()       # both aliasings
+    assert s.info["span"] == (span if span != "default" else (1 if nodes <= topo.gpus_per_node
+                                                               else topo.gpus_per_node))
+
+
+def test_a_chunk_factor_and_one_gpu_per_node_work_too():
+    for kind in KINDS:
+        synth(machine("dgx-a100", 2), kind, chunks=3).check()
+        synth(topos.rail_cluster(3, 1), kind).check()
+
+
+def test_with_one_block_per_rail_each_node_the_ring_links_carry_what_the_optimum_needs():
+    """Span 1 (the default up to G nodes): every ring link carries the N - 1 blocks a node must import
+    through that NIC, so the link model reaches the bound; span G from G nodes on, within N / (N - 1)."""
+    for nodes in (2, 4):
+        topo = machine("dgx-a100", nodes)
+        opt = bound.bound(topo, "allgather").algbw
+        for kind in ("allgather", "reducescatter"):
+            algbw, _ = synth(topo, kind).model_algbw(topo)
+            assert algbw >= opt * 98 / 100
+    topo = machine("dgx-a100", 16)
+    opt = bound.bound(topo, "allgather").algbw
+    algbw, _ = synth(topo, "allgather").model_algbw(topo)
+    assert algbw >= opt * 15 / 16 * 99 / 100
+
+
+def test_from_g_nodes_on_a_rank_sends_about_n_over_g_pieces_to_each_peer():
+    """Span G: a rail GPU passes the pieces its rail brings (about N / G) to each of its G - 1 local peers,
+    so the node-level ops of a rank grow with the nodes over the GPUs per node; span 1 would need N - 1."""
+    for nodes in (16, 32):
+        topo = machine("dgx-a100", nodes)
+        G = topo.gpus_per_node
+        s = synth(topo, "allgather")
+        far = Counter(op.src for op in s.ops if op.lane == hier.FAR and not op.local)
+        assert max(far.values()) <= -(-nodes // G) * (G - 1)
+        ones = synth(topo, "allgather", span=1)
+        far1 = Counter(op.src for op in ones.ops if op.lane == hier.FAR and not op.local)
+        assert max(far1.values()) == (nodes - 1) * (G - 1)
+
+
+@pytest.mark.parametrize("nodes, sources", [(8, [0, 1, 2, 3, 4, 5, 6, 7]), (16, [0, 8]), (7, [3])])
+def test_the_rail_ring_moves_one_chunk_per_link_and_slot_and_a_relay_forwards_at_once(nodes, sources):
+    items = {m: [(m, q) for q in range(3)] for m in sources}
+    slots = hier._ring_slots(nodes, items)
+    assert set(slots) == {(m, q) for m in sources for q in range(3)}
+    used = Counter()
+    for (m, q), hops in slots.items():
+        assert len(hops) == nodes - 1
+        assert hops == list(range(hops[0], hops[0] + nodes - 1))    # forwarded in the next slot, every hop
+        for k, slot in enumerate(hops):
+            used[((m + k) % nodes, slot)] += 1
+    assert max(used.values()) == 1
+    firsts = {m: sorted(slots[(m, q)][0] for q in range(3)) for m in sources}
+    for m in sources:       # a node's own chunks go in order
+        assert firsts[m] == sorted(firsts[m])
+    if len(sources) == nodes:       # every node a source: the classic ring, chunk q at q (N - 1) + hop
+        assert all(slots[(m, q)][0] == q * (nodes - 1) for m in sources for q in range(3))
+
+
+def test_what_it_cannot_do_is_refused_naming_the_option():
+    with pytest.raises(CollsError, match="one node has no hierarchy") as e:
+        synth(machine("dgx-a100", 1), "allgather")
+    assert e.value.key == "--method"
+    with pytest.raises(CollsError, match="no hierarchical schedule for alltoall"):
+        synth(machine("dgx-a100", 2), "alltoall")
+    with pytest.raises(CollsError, match="span must be 1 or the GPUs per node"):
+        synth(machine("dgx-a100", 2), "allgather", span=3)
+
+
+def test_synth_writes_a_verified_file_and_refuses_one_node_in_one_line(tmp_path):
+    def run(*args):
+        proc = subprocess.run([sys.executable, "-c", "from colls.cli import main; main()", *args],
+                              capture_output=True, text=True)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    out = tmp_path / "ar.xml"
+    rc, stdout, err = run("synth", "--hardware", "dgx-a100", "--nodes", "2", "--collective", "allreduce",
+                          "--method", "hier", "-o", str(out))
+    assert rc == 0, err
+    assert "allreduce hier on dgx-a100 x2" in stdout and "verified for exe" in stdout
+    rc, stdout, err = run("verify", str(out))
+    assert rc == 0, stdout + err
+    rc, stdout, err = run("synth", "--hardware", "dgx-a100", "--collective", "allgather", "--method", "hier",
+                          "-o", str(tmp_path / "one.xml"))
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "one node has no hierarchy" in err and not (tmp_path / "one.xml").exists()
