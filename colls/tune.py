@@ -176,9 +176,14 @@ def _fastest_copies(chosen, topology, score: float | None = None, timer=None):
 
 def own_channels(compiled, copies: int) -> bool:
     """Whether ``copies`` copies of ``compiled``'s schedule (as made, ``facts["instances"]`` of them) each get
-    channels of their own within the target's: copies that would share channels are rarely faster and slow to
-    lay out (:func:`_fastest_copies`, and colls compile's copies)."""
-    return compiled.program.nchannels * copies // compiled.facts["instances"] <= compiled.target.max_channels
+    channels of their own within the target's, and threadblocks of their own within what the target runs on
+    the GPU (every copy has its own threadblocks): copies that would share channels are rarely faster and slow
+    to lay out, and copies the GPU cannot hold would be refused only after a whole lowering, which on 1,024 GPUs
+    takes longer than the file itself (:func:`_fastest_copies`, and colls compile's copies)."""
+    made = compiled.facts["instances"]
+    limit = min(compiled.target.max_tbs, compiled.topology.min_sms())
+    return (compiled.program.nchannels * copies // made <= compiled.target.max_channels
+            and compiled.program.max_tbs() * copies // made <= limit)
 
 
 def _timer(result, topology) -> Fastest:

@@ -49,10 +49,12 @@ def test_every_schedule_computes_its_collective_in_place_and_out_of_place(profil
                                                                else topo.gpus_per_node))
 
 
-def test_a_chunk_factor_and_one_gpu_per_node_work_too():
+def test_a_chunk_factor_one_gpu_per_node_and_whole_pieces_on_the_rails_work_too():
     for kind in KINDS:
         synth(machine("dgx-a100", 2), kind, chunks=3).check()
         synth(topos.rail_cluster(3, 1), kind).check()
+        synth(machine("dgx-a100", 9), kind, chunks=2, unit=16).check()
+        synth(machine("mi250", 2), kind, chunks=2, unit=3).check()
 
 
 def test_with_one_block_per_rail_each_node_the_ring_links_carry_what_the_optimum_needs():
