@@ -1,7 +1,8 @@
-"""Scale sweep: every method and collective on 1 to 16 nodes of DGX A100 and MI250, one subprocess each.
+"""Scale sweep: every method and collective on 1 to 16 nodes of DGX A100 and MI250, then the hierarchical
+method's allgather, reducescatter and allreduce on 1,024 GPUs (128 x DGX A100, 64 x MI250), one subprocess each.
 
 Run with ``make bench`` (or ``python bench/scale.py [--profiles dgx-a100,mi250] [--nodes 1,2,4,8,16]
-[--methods ...] [--kinds ...] [--timeout S]``). Each case runs the whole pipeline (precheck, synthesize,
+[--methods ...] [--kinds ...] [--timeout S] [--no-large]``). Each case runs the whole pipeline (precheck, synthesize,
 check, lower, emit, verify) in a fresh Python process, and records its wall time, its peak resident
 memory (``ru_maxrss``) and its outcome: a verified file (with threadblocks, channels, steps and the
 model's % of the optimum) or the refusal's one-line message. The table goes to ``bench/SCALE.md``
@@ -24,7 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 RESULTS = Path(__file__).resolve().parent / "SCALE.md"
 PROFILES = ("dgx-a100", "mi250")
 NODES = (1, 2, 4, 8, 16)
-METHODS = ("ring", "direct", "trees")
+METHODS = ("ring", "direct", "trees", "hier")
+# 1,024 GPUs: the method whose steps grow with the nodes over the GPUs per node, on the collectives it makes
+LARGE = (("dgx-a100", 128), ("mi250", 64))
+LARGE_METHODS = ("hier",)
+LARGE_KINDS = ("allgather", "reducescatter", "allreduce")
 KINDS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce")
 LIMIT_SECONDS = 60  # what a case may take on 2 cores
 
@@ -91,6 +96,7 @@ def main() -> None:
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--no-large", action="store_true", help="leave out the 1,024-GPU cases")
     args = ap.parse_args()
     if args.case:
         profile, nodes, method, kind = args.case
@@ -110,16 +116,18 @@ def main() -> None:
         "|---|---|---|---|---|---|---|",
     ]
     slow = []
-    for profile in args.profiles.split(","):
-        for nodes in map(int, args.nodes.split(",")):
-            for method in args.methods.split(","):
-                for kind in args.kinds.split(","):
-                    r = run_case(profile, nodes, method, kind, args.target, args.timeout)
-                    lines.append(_row(profile, nodes, method, kind, r))
-                    print(lines[-1], flush=True)
-                    if r["seconds"] > LIMIT_SECONDS or r["outcome"] in ("crash",) \
-                            or r["outcome"].startswith("timeout"):
-                        slow.append(lines[-1])
+    cases = [(profile, nodes, method, kind) for profile in args.profiles.split(",")
+             for nodes in map(int, args.nodes.split(",")) for method in args.methods.split(",")
+             for kind in args.kinds.split(",")]
+    if not args.no_large:
+        cases += [(profile, nodes, method, kind) for profile, nodes in LARGE for method in LARGE_METHODS
+                  for kind in LARGE_KINDS]
+    for profile, nodes, method, kind in cases:
+        r = run_case(profile, nodes, method, kind, args.target, args.timeout)
+        lines.append(_row(profile, nodes, method, kind, r))
+        print(lines[-1], flush=True)
+        if r["seconds"] > LIMIT_SECONDS or r["outcome"] in ("crash",) or r["outcome"].startswith("timeout"):
+            slow.append(lines[-1])
     lines += ["", f"Cases over {LIMIT_SECONDS} s, timed out or crashed: {len(slow)}"] + slow
     Path(args.out).write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}")

@@ -223,12 +223,14 @@ def _hint(collective: Collective, tgt: Target, instances: int, steps: int, sms: 
 
 
 def check_rank_limits(collective: Collective, method: str, tgt: Target, instances: int = 1,
-                      options: dict | None = None, where: str | None = None, sms: int | None = None) -> int:
+                      options: dict | None = None, where: str | None = None, sms: int | None = None,
+                      least: int = 0) -> int:
     """The limits that depend only on the number of ranks (offsets, XML elements per rank), checked
-    before the machine is even built; returns the least number of steps a rank needs."""
+    before the machine is even built; returns the least number of steps a rank needs (``least``: a bound
+    the method knows from the machine, when larger)."""
     n = collective.nranks
     where = where or f"{n} ranks"
-    steps = least_instructions(collective, method, instances, (options or {}).get("rings"))
+    steps = max(least, least_instructions(collective, method, instances, (options or {}).get("rings")))
     buffer = max(collective.in_chunks, collective.out_chunks) * instances
     if buffer - 1 - (tgt.max_cnt - 2) > MAX_OFFSET:  # the last chunk's step starts there
         raise LimitError(f"{collective.kind} of {n} ranks at chunk factor {collective.chunks * instances} "
@@ -261,7 +263,12 @@ def check_limits(topology: Topology, collective: Collective, method: str, tgt: T
     schedule talks to N-1 peers, one threadblock each.
     """
     n = collective.nranks
-    steps = check_rank_limits(collective, method, tgt, instances, options, topology.name, topology.min_sms())
+    least = 0
+    if method == "hier":    # its steps follow the nodes and the node's tree: counted from its plan, in milliseconds
+        from colls.synth import hier
+        least = hier.least_steps(topology, collective, instances)
+    steps = check_rank_limits(collective, method, tgt, instances, options, topology.name, topology.min_sms(),
+                              least)
     hint = _hint(collective, tgt, instances, steps, topology.min_sms())
     limit_tbs = min(tgt.max_tbs, topology.min_sms())
     peers = 0

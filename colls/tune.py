@@ -146,6 +146,8 @@ def _fastest_copies(chosen, topology, score: float | None = None, timer=None):
     NVSwitch A100's links), so one copy fills a tenth of the links whatever the link model says; NCCL runs its
     ring on up to 32 channels for the same reason. ``score`` and ``timer``: ``chosen``'s, when already made.
     Returns the file and the facts that say what was tried."""
+    if not own_channels(chosen, 2):     # no second copy fits: nothing to compare, nothing to simulate
+        return chosen, {}
     timer = timer or _timer(chosen, topology)
     if score is None:
         score = _score(timer)

@@ -132,3 +132,41 @@ def test_synth_writes_a_verified_file_and_refuses_one_node_in_one_line(tmp_path)
                           "-o", str(tmp_path / "one.xml"))
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert "one node has no hierarchy" in err and not (tmp_path / "one.xml").exists()
+
+
+@pytest.mark.parametrize("profile, nodes", [("dgx-a100", 2), ("dgx-a100", 9), ("mi250", 2), ("ndv2", 2)])
+def test_the_precheck_bound_never_exceeds_what_the_file_has(profile, nodes):
+    """least_steps refuses machines before anything is made: it must be a true lower bound on rank 0's
+    instructions in the lowered program, with and without copies."""
+    from colls import pipeline
+    topo = machine(profile, nodes)
+    for kind in KINDS:
+        for copies in (1, 2):
+            coll = Collective(kind, topo.ngpus)
+            least = hier.least_steps(topo, coll, copies)
+            try:
+                made = pipeline.compile_schedule(topo, coll, "hier", instances=copies, in_memory=True, prove=False)
+            except CollsError:
+                continue
+            real = sum(1 for tb in made.program.gpus[0].tbs for st in tb.steps if st.type != "nop")
+            assert 0 < least <= real, (kind, copies, least, real)
+
+
+def test_a_machine_whose_file_the_loader_cannot_hold_is_refused_before_anything_is_made():
+    from colls import pipeline
+    from colls.errors import LimitError
+    topo = hardware.load_topology("dgx-a100", nodes=460)     # 3,680 GPUs: the gpu elements alone leave too few
+    with pytest.raises(LimitError, match="XML elements"):
+        pipeline.check_limits(topo, Collective("allreduce", topo.ngpus), "hier", pipeline.get_target("exe"))
+
+
+def test_relays_inside_a_node_serve_one_tree_each_so_large_calls_do_not_hang():
+    """On MI250's xGMI mesh GPUs relay pieces of several nodes' blocks; trees sharing a relay's threadblock
+    in different orders closed a wait cycle once a piece was several messages (17 nodes, pieces of 16 chunks:
+    the allgather hung from 190 MB). Each tree now has its lane: the file is proved deadlock-free."""
+    from colls import pipeline
+    topo = machine("mi250", 17)
+    made = pipeline.compile_schedule(topo, Collective("allgather", topo.ngpus), "hier", in_memory=True)
+    assert made.report.ok
+    lanes = {op.lane for op in made.schedule.ops if op.lane >= hier.FAR}
+    assert len(lanes) == topo.gpus_per_node

@@ -73,8 +73,7 @@ def synthesize(topology: Topology, collective: Collective, *, span: int | None =
         why = ("one node has no hierarchy" if topology.nodes < 2 else
                "its ranks are not numbered node by node, GPU r % G of node r // G")
         raise CollsError(f"{METHOD}: {topology.name}: {why}; use --method ring or trees", key="--method")
-    if span is None:
-        span = 1 if nodes <= per else per
+    span = _span(nodes, per) if span is None else span
     if span not in (1, per):
         raise CollsError(f"{METHOD}: span must be 1 or the GPUs per node ({per}), got {span}", key="span")
     n = collective.nranks
@@ -110,18 +109,20 @@ class _Builder:
         self.depth = max((len(levels) for levels in self.down), default=0)
         # piece = (node m, its rail g, first block, blocks): span 1: block (m, g) on rail g; span G: node m's
         # blocks on rail m mod G
-        self.pieces = []
-        for m in range(nodes):
-            for j in range(per // span):
-                rail = j if span == 1 else m % per
-                self.pieces.append((m, rail, m * per + j * span, span))
-        self.pieces.sort(key=lambda p: (p[1], p[0]))
+        self.pieces = _pieces(nodes, per, span)
 
         self._slots: list[dict] = [dict() for _ in range(n)]
         self._size = [0] * n
         self._routes: dict = {}
 
     # --- helpers ------------------------------------------------------------------------------------------
+    def far(self, root: int) -> int:
+        """The lane of the pieces from other nodes in the local tree rooted at GPU ``root``: one lane for all
+        where every tree is a star (no GPU relays); a lane per tree where GPUs relay, so that a relay's
+        threadblocks serve one tree: trees sharing a connection's threadblock in different orders close a
+        wait cycle once a piece is several messages (MI250, 17 nodes: the allgather hung from 190 MB)."""
+        return FAR if self.depth <= 1 else FAR + root
+
     def rank(self, node: int, local: int) -> int:
         return (node % self.nodes) * self.per + local
 
@@ -176,7 +177,7 @@ class _Builder:
                                            ("o", x0 + u0), ("o", x0 + u0), ulen, RAIL))
                 for k in range(1, N):
                     arrived = start + max(slots[(i, j)][k - 1] for j in range(len(units[i])))
-                    more = self._down(m + k, g, ("o", x0), length, arrived, FAR)
+                    more = self._down(m + k, g, ("o", x0), length, arrived, self.far(g))
                     ops += more
                     end = max([end, arrived + 1] + [o.step + 1 for o in more])
         return ops, end
@@ -211,7 +212,7 @@ class _Builder:
                 at = self.rank(node, g)
                 where = self.slot(at, ("sum", k, first % G), length) if G > 1 else ("i", x0)
                 partial[(node % N, first)] = where
-                ops += self._up(node, g, x0, length, where, ("sum", k, first % G), t0, FAR, ends)
+                ops += self._up(node, g, x0, length, where, ("sum", k, first % G), t0, self.far(g), ends)
         start = max(ends)
         end = start
         for g in range(G):
@@ -248,7 +249,8 @@ class _Builder:
                                            reduce=mine if G > 1 else ("i", blk * cb)))
                         more = ops[-1:]
                     else:
-                        more = self._path(m, g, blk % G, src, own(blk), cb, arrived[blk], FAR, ("pass", blk % G))
+                        more = self._path(m, g, blk % G, src, own(blk), cb, arrived[blk], self.far(g),
+                                          ("pass", blk % G))
                         ops += more
                     end = max([end] + [o.step + 1 for o in more])
         return ops, end
@@ -336,6 +338,47 @@ def _ring_slots(nodes: int, items: dict) -> dict:
         moving = sent
         slot += 1
     return hops
+
+
+def _span(nodes: int, per: int) -> int:
+    """The default piece size in blocks (module docstring)."""
+    return 1 if nodes <= per else per
+
+
+def _pieces(nodes: int, per: int, span: int) -> list[tuple]:
+    """(node m, its rail, first block, blocks) of every piece, by rail then node: span 1: block (m, g) on
+    rail g; span G: node m's blocks on rail m mod G."""
+    pieces = [(m, j if span == 1 else m % per, m * per + j * span, span)
+              for m in range(nodes) for j in range(per // span)]
+    return sorted(pieces, key=lambda p: (p[1], p[0]))
+
+
+def least_steps(topology: Topology, collective: Collective, instances: int = 1) -> int:
+    """A lower bound on the instructions of rank 0 in the file this method makes (default span and unit),
+    counted from the plan without making it, so that a machine whose file the runtime cannot load is
+    refused at once (:func:`colls.pipeline.check_limits`). What rank 0 must do, each on a lane of its own
+    (so no two of them become one instruction): its node's blocks (received, or sent into their sums) and
+    what its local tree's children get of its own; every unit of its rail's pieces from other nodes (a
+    relay's receive and send are one instruction) and of its own node's piece; the pieces from other nodes
+    on other rails (received, or sent into their sums); what it passes its children of each piece of its
+    rail; and, in a reducescatter whose pieces are whole nodes, its node's blocks passed on to their GPUs.
+    0 where the method refuses."""
+    nodes, per = topology.node_major()
+    if collective.kind not in KINDS or nodes < 2 or collective.nranks != topology.ngpus:
+        return 0
+    n = collective.nranks
+    cb = -(-collective.chunks // n) if collective.kind == "allreduce" else collective.chunks
+    span = _span(nodes, per)
+    pieces = _pieces(nodes, per, span)
+    mine = [p for p in pieces if p[1] == 0 and p[0] != 0]
+    own = sum(len(_units(p[3] * cb, 1)) for p in pieces if p[1] == 0 and p[0] == 0)
+    others = sum(1 for p in pieces if p[1] != 0 and p[0] != 0)
+    children = len(_local_trees(topology, per)[1][0][0]) if per > 1 else 0
+    rail = sum(len(_units(blocks * cb, 1)) for _, _, _, blocks in mine)
+    gather = (per - 1) + children + rail + own + others + children * len(mine)
+    scatter = gather + ((per - 1) + 1 if span > 1 else 0)
+    one = {"allgather": gather, "reducescatter": scatter, "allreduce": gather + scatter}[collective.kind]
+    return one * instances
 
 
 def _units(length: int, unit: int) -> list[tuple]:
