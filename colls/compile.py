@@ -1,7 +1,7 @@
 """``colls compile``: the fastest file for every range of call sizes, in a folder a runtime loads as is.
 
-For each collective asked for, every method (:data:`METHODS`: ring, direct, trees, milp) synthesizes a
-schedule once; each is lowered again with 1, 2, 4 and 8 independent copies (``--instances``) while the
+For each collective asked for, every method (:data:`METHODS`: ring, direct, trees, milp; and hier, of
+:data:`OPTIONAL_METHODS`, when ``--methods`` names it) synthesizes a schedule once; each is lowered again with 1, 2, 4 and 8 independent copies (``--instances``) while the
 copies get channels of their own and the target loads the result, and every copy count runs at each
 protocol (LL, LL128, Simple). The simulator (:mod:`colls.simulate`) times the fastest of those per method at every call size (the search skips a
 configuration only when a proven lower bound shows it cannot win by more than 0.1 %, :class:`colls.simulate.baseline.

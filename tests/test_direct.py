@@ -100,17 +100,17 @@ def test_rank_count_must_match():
 
 # --- the registry ------------------------------------------------------------------------------------------
 def test_registry():
-    from colls.synth import milp, trees
+    from colls.synth import hier, milp, trees
     assert METHODS == {"ring": ring.synthesize, "direct": direct.synthesize, "trees": trees.synthesize,
-                       "milp": milp.synthesize}
+                       "milp": milp.synthesize, "hier": hier.synthesize}
     assert get_method("direct") is direct.synthesize and get_method("ring") is ring.synthesize
-    with pytest.raises(CollsError, match=r"unknown method 'taccl' \(choose from direct, milp, ring, trees\)"):
+    with pytest.raises(CollsError, match=r"unknown method 'taccl' \(choose from direct, hier, milp, ring, trees\)"):
         get_method("taccl")
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_every_method_accepts_and_ignores_unknown_options(method):
-    topo = topos.switch_node(4)
+    topo = topos.rail_cluster(2, 2) if method == "hier" else topos.switch_node(4)     # hier needs nodes
     s = get_method(method)(topo, Collective("allgather", 4), sketch=None, unknown=1)
     s.check()
 
