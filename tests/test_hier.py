@@ -170,3 +170,40 @@ def test_relays_inside_a_node_serve_one_tree_each_so_large_calls_do_not_hang():
     assert made.report.ok
     lanes = {op.lane for op in made.schedule.ops if op.lane >= hier.FAR}
     assert len(lanes) == topo.gpus_per_node
+
+
+def _program_seen_from(program, gid: int, rot: int, rotated_bufs) -> list:
+    """Rank ``gid``'s threadblocks with every peer moved ``rot`` ranks on and every offset into a buffer
+    laid out by rank (``rotated_bufs``) moved ``rot`` blocks on."""
+    n, cpl = len(program.gpus), program.nchunksperloop
+    c = cpl // n
+
+    def move(buf, off):
+        return (off + rot * c) % cpl if buf in rotated_bufs and off >= 0 else off
+
+    out = []
+    for tb in program.gpus[gid].tbs:
+        peers = tuple((p + rot) % n if p >= 0 else -1 for p in (tb.send, tb.recv))
+        out.append((peers, tb.chan, tuple((st.type, st.srcbuf, move(st.srcbuf, st.srcoff), st.dstbuf,
+                                           move(st.dstbuf, st.dstoff), st.cnt, st.depid, st.deps)
+                                          for st in tb.steps)))
+    return out
+
+
+@pytest.mark.parametrize("profile, nodes, kind", [("dgx-a100", 2, "reducescatter"), ("dgx-a100", 16, "allgather"),
+                                                  ("dgx-a100", 16, "reducescatter"), ("dgx-a100", 16, "allreduce"),
+                                                  ("mi250", 2, "allreduce")])
+def test_every_node_runs_node_0s_program_relabelled(profile, nodes, kind):
+    """The premise a proof by symmetry needs: the lowered program of every rank is that of the rank G (span 1)
+    or G x G (span G) places before it, with peers and the offsets into rank-ordered buffers moved on as
+    many places; threadblocks, steps and dependencies identical. (The reducescatter's scratch was handed out
+    in the order pieces were visited, absolute node order, so at span G nodes laid it out differently.)"""
+    from colls import pipeline
+    topo = machine(profile, nodes)
+    made = pipeline.compile_schedule(topo, Collective(kind, topo.ngpus), "hier", in_memory=True, prove=False)
+    G = topo.gpus_per_node
+    shift = G if made.schedule.info["span"] == 1 else G * G
+    bufs = {"allgather": ("o",), "reducescatter": ("i",), "allreduce": ("i", "o")}[kind]
+    p = made.program
+    for gid in range(topo.ngpus):
+        assert _program_seen_from(p, gid, shift, bufs) == _program_seen_from(p, (gid + shift) % topo.ngpus, 0, bufs)

@@ -204,15 +204,16 @@ class _Builder:
                 r = self.rank(node, h)
                 ops += self._up(node, h, r * cb, cb, own(r), ("own", h), t0, OWN, ends)
         partial = {}
-        for piece in self.pieces:
+        # node m + k sums its inputs for node m's piece at its rail GPU; each node visits the pieces by their
+        # offset k from it, so every node's scratch is laid out alike (the same program seen from each node)
+        order = sorted(((m + k) % N, k, piece) for piece in self.pieces for m in [piece[0]] for k in range(1, N))
+        for node, k, piece in order:
             m, g, first, blocks = piece
             x0, length = first * cb, blocks * cb
-            for k in range(1, N):       # node m + k sums its inputs for node m's piece at its rail GPU
-                node = m + k
-                at = self.rank(node, g)
-                where = self.slot(at, ("sum", k, first % G), length) if G > 1 else ("i", x0)
-                partial[(node % N, first)] = where
-                ops += self._up(node, g, x0, length, where, ("sum", k, first % G), t0, self.far(g), ends)
+            at = self.rank(node, g)
+            where = self.slot(at, ("sum", k, first % G), length) if G > 1 else ("i", x0)
+            partial[(node, first)] = where
+            ops += self._up(node, g, x0, length, where, ("sum", k, first % G), t0, self.far(g), ends)
         start = max(ends)
         end = start
         for g in range(G):
