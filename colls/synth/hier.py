@@ -102,7 +102,7 @@ class _Builder:
     """The ops of one collective's phases on ``nodes`` nodes of ``per`` GPUs, ``cb`` chunks a block."""
 
     def __init__(self, topology: Topology, coll: Collective, nodes: int, per: int, span: int, unit: int = 1):
-        self.topology, self.nodes, self.per, self.span, self.unit = topology, nodes, per, span, unit
+        self.topology, self.nodes, self.per, self.unit = topology, nodes, per, unit
         n = coll.nranks
         self.cb = coll.chunks if coll.kind != "allreduce" else coll.chunks // n
         self.parent, self.down = _local_trees(topology, per)
@@ -113,7 +113,6 @@ class _Builder:
 
         self._slots: list[dict] = [dict() for _ in range(n)]
         self._size = [0] * n
-        self._routes: dict = {}
 
     # --- helpers ------------------------------------------------------------------------------------------
     def far(self, root: int) -> int:
@@ -126,15 +125,18 @@ class _Builder:
     def rank(self, node: int, local: int) -> int:
         return (node % self.nodes) * self.per + local
 
-    def route(self, a: int, b: int) -> tuple:
-        key = (a, b)
-        if key not in self._routes:
-            self._routes[key] = self.topology.route(a, b)
-        return self._routes[key]
-
     def op(self, step, a, b, src, dst, count, lane, reduce=None) -> Op:
         return Op(step, a, b, src[0], src[1], dst[0], dst[1], count, reduce, lane,
-                  self.route(a, b) if a != b else ())
+                  self.topology.route(a, b) if a != b else ())     # Topology.route keeps what it found
+
+    def rail(self, g: int, enters) -> tuple[list, dict, dict]:
+        """Rail ``g``'s pieces, each one's units (:func:`_units`) and the slot of each unit's every hop
+        (:func:`_ring_slots`), the units of a piece of node m entering the ring at node ``enters(m)``."""
+        pieces = [p for p in self.pieces if p[1] == g]
+        units = {i: _units(p[3] * self.cb, self.unit) for i, p in enumerate(pieces)}
+        slots = _ring_slots(self.nodes, {enters(p[0]) % self.nodes: [(i, j) for j in range(len(units[i]))]
+                                         for i, p in enumerate(pieces)})
+        return pieces, units, slots
 
     def slot(self, rank: int, key, count: int) -> tuple:
         """Scratch of ``count`` chunks at ``rank`` for ``key`` (its own place: keys are per purpose and
@@ -164,10 +166,8 @@ class _Builder:
         start = t0 + self.depth + 1
         end = start
         for g in range(G):
-            pieces = [p for p in self.pieces if p[1] == g]
-            # piece i's chunk q leaves node m at hop 1 and reaches node m + k at hop k
-            units = {i: _units(p[3] * cb, self.unit) for i, p in enumerate(pieces)}
-            slots = _ring_slots(N, {p[0]: [(i, j) for j in range(len(units[i]))] for i, p in enumerate(pieces)})
+            # piece i's unit j leaves node m at hop 1 and reaches node m + k at hop k
+            pieces, units, slots = self.rail(g, lambda m: m)
             for i, piece in enumerate(pieces):
                 m, _, first, blocks = piece
                 x0, length = first * cb, blocks * cb
@@ -217,11 +217,8 @@ class _Builder:
         start = max(ends)
         end = start
         for g in range(G):
-            pieces = [p for p in self.pieces if p[1] == g]
-            # piece i (node m's) starts at node m + 1 and its chunk q reaches node m + k + 1 at hop k
-            units = {i: _units(p[3] * cb, self.unit) for i, p in enumerate(pieces)}
-            slots = _ring_slots(N, {(p[0] + 1) % N: [(i, j) for j in range(len(units[i]))]
-                                    for i, p in enumerate(pieces)})
+            # piece i (node m's) starts at node m + 1 and its unit j reaches node m + k + 1 at hop k
+            pieces, units, slots = self.rail(g, lambda m: m + 1)
             for i, piece in enumerate(pieces):
                 m, _, first, blocks = piece
                 x0, length = first * cb, blocks * cb
@@ -277,12 +274,11 @@ class _Builder:
             t = t0
             here = self.rank(node, v)
             children = sorted(kids.get(v, []), key=lambda c: (finish(c), c))
-            acc = target if v == root or not children else self.slot(here, ("up",) + (key, v), count)
+            acc = target if v == root or not children else self.slot(here, ("up", key, v), count)
             first = True
             for child in children:
                 t = max(t, finish(child))
-                src = ("i", x0) if child not in kids else self.slot(self.rank(node, child), ("up",) + (key, child),
-                                                                    count)
+                src = ("i", x0) if child not in kids else self.slot(self.rank(node, child), ("up", key, child), count)
                 ops.append(self.op(t, self.rank(node, child), here, src, acc, count, lane,
                                    reduce=("i", x0) if first else acc))
                 first = False
@@ -372,10 +368,10 @@ def least_steps(topology: Topology, collective: Collective, instances: int = 1) 
     span = _span(nodes, per)
     pieces = _pieces(nodes, per, span)
     mine = [p for p in pieces if p[1] == 0 and p[0] != 0]
-    own = sum(len(_units(p[3] * cb, 1)) for p in pieces if p[1] == 0 and p[0] == 0)
+    own = sum(p[3] * cb for p in pieces if p[1] == 0 and p[0] == 0)       # chunks: one op each (unit 1)
     others = sum(1 for p in pieces if p[1] != 0 and p[0] != 0)
     children = len(_local_trees(topology, per)[1][0][0]) if per > 1 else 0
-    rail = sum(len(_units(blocks * cb, 1)) for _, _, _, blocks in mine)
+    rail = sum(blocks * cb for _, _, _, blocks in mine)
     gather = (per - 1) + children + rail + own + others + children * len(mine)
     scatter = gather + ((per - 1) + 1 if span > 1 else 0)
     one = {"allgather": gather, "reducescatter": scatter, "allreduce": gather + scatter}[collective.kind]
