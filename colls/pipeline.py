@@ -322,10 +322,13 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
     count = planned.info.get(info_key) if planned is not None else None
     if not count or not chunks_per_loop(planned) & (chunks_per_loop(planned) - 1):
         return _compile_method(*args, options, progress, in_memory, prove)
+    from colls.synth import ring
     ncpl = chunks_per_loop(planned)
     low = 1 << (count.bit_length() - 1)
     tried = []
     for other in sorted({low, 2 * low} - {count}):
+        if method == "ring" and not ring.fits(collective, other, tgt.max_steps, tgt.max_channels):
+            continue                # the loader refuses it whatever the lowering: not lowered to be refused
         try:
             alt = _planned(topology, collective, method, target, instances, dict(options or {}, **{option: other}))
         except CollsError:

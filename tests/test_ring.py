@@ -387,6 +387,26 @@ def test_ring_counts_fit_the_channels_once_their_steps_are_split():
     assert fitting_counts(coll, range(1, 9), None, None) == list(range(1, 9))
 
 
+def test_a_power_of_two_ring_count_the_channels_cannot_hold_is_not_lowered(monkeypatch):
+    """128 ranks' broadcast: the default 6 rings leave 768 chunks per loop, so the powers of two beside it are
+    the candidates; 8 rings need 40 channels (5 segments each), which no lowering brings under 32: only 4 is
+    lowered (8 was lowered first and refused, 60 of the 16 x dgx-a100 broadcast's 90 s)."""
+    from colls import pipeline
+    from colls.inputs.hardware import load_topology
+    from colls.synth.ring import fits
+    coll = Collective("broadcast", 128, root=0)
+    assert not fits(coll, 8, 64, 32) and fits(coll, 4, 64, 32) and fits(coll, 8, None, None)
+    lowered = []
+
+    def record(*args):
+        lowered.append((args[9] or {}).get("rings"))
+        raise CollsError("stop here")
+    monkeypatch.setattr(pipeline, "_compile_method", record)
+    with pytest.raises(CollsError):
+        pipeline.compile_schedule(load_topology("dgx-a100", nodes=16), coll, "ring", in_memory=True, prove=False)
+    assert 8 not in lowered and lowered[0] == 4, lowered
+
+
 def test_a_ring_count_stepped_down_for_a_limit_stays_a_power_of_two():
     """Lowered for MSCCL++ plans, 8 rings of 16 ranks need 40 channels (5 step segments each): more than 32.
     The count steps down to 4, not 6: 6 rings would leave 96 chunks per loop, which divide no power-of-two

@@ -845,10 +845,17 @@ def fitting_counts(collective: Collective, counts, max_steps: int | None,
     """The ring counts in ``counts`` whose rings, each split into :func:`segments_needed` segments,
     fit ``max_channels`` channels (all of ``counts`` when no limits are given; at least the smallest)."""
     counts = sorted(counts)
-    if not max_steps or not max_channels:
-        return counts
-    fit = [r for r in counts if r * segments_needed(collective, r, max_steps) <= max_channels]
+    fit = [r for r in counts if fits(collective, r, max_steps, max_channels)]
     return fit or counts[:1]
+
+
+def fits(collective: Collective, rings: int, max_steps: int | None, max_channels: int | None) -> bool:
+    """Whether ``rings`` rings, each split into :func:`segments_needed` step segments, fit ``max_channels``
+    channels (true when no limits are given). A count that does not is refused by the loader whatever the
+    lowering (copies only add channels)."""
+    if not max_steps or not max_channels:
+        return True
+    return rings * segments_needed(collective, rings, max_steps) <= max_channels
 
 
 def synthesize(topology: Topology, collective: Collective, *, rings: int | None = None,
