@@ -29,6 +29,7 @@ from colls.errors import CollsError, LimitError
 from colls.files import write_atomic  # noqa: F401  (the last stage; lives with the safe file handling)
 from colls.program import PROTOCOLS, Program
 from colls.schedule import Schedule
+from colls.verify.report import symmetry_words
 from colls.sizes import size_text
 from colls.runtimes import MAX_OFFSET, Target, get_target
 from colls.topology import Topology
@@ -61,7 +62,7 @@ class Compiled:
         line = (f"{f['collective']} {f['method']} on {f['hardware']}: {f['gpus']} gpus, "
                 f"{f['threadblocks']} threadblocks/gpu, {f['channels']} channels, "
                 f"{f['steps']} steps max/threadblock, {f['chunks_per_loop']} chunks per loop; "
-                f"{calls}; verified for {self.target.name}")
+                f"{calls}; verified for {self.target.name}{symmetry_words(self.report.facts)}")
         simulated = simulated_words(f)
         if simulated:
             line += f"; {simulated}"

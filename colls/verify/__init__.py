@@ -33,7 +33,7 @@ from colls.collectives import KINDS
 from colls.msccl import Finding, parse, paused_gc
 from colls.program import Program
 from colls.runtimes import Target, get_target
-from colls.verify import algo, communication, execution, limits, semantics, structure
+from colls.verify import algo, communication, execution, limits, semantics, structure, symmetry
 from colls.verify.context import ERROR, WARNING, Context
 from colls.verify.execution import FIFO_MESSAGES, NCCL_STEPS, fifo_messages
 from colls.verify.report import Report
@@ -115,27 +115,43 @@ def _run(cx: Context, prove: bool = True) -> None:
         _skip(cx, "deadlock, race and correctness checks were not run: they need the structure these errors "
               f"break ({', '.join(blockers)})")
         return
-    if not execution.check(cx):
+    sym = symmetry.find(cx) if not cx.has(_SEM_BLOCKERS) else None
+    if sym is not None:
+        found, facts, unproven = len(cx.findings), dict(cx.facts), list(cx.unproven)
+        if _execute(cx, prove, sym) and len(cx.findings) == found:
+            cx.facts["symmetry"] = {"ranks": sym.nranks, "ranks_run": sym.shift}
+            return
+        # the quotient found something: the whole program again, so that the report names every rank
+        del cx.findings[found:]
+        cx.facts, cx.unproven[:] = facts, unproven
+    _execute(cx, prove, None)
+
+
+def _execute(cx: Context, prove: bool, sym) -> bool:
+    """The execution and semantics passes (on ranks 0..shift-1 with a symmetry); false when one is skipped."""
+    p = cx.p
+    if not execution.check(cx, sym):
         _skip(cx, "race and correctness checks were not run: the program deadlocks")
-        return
+        return False
     if not prove:
-        return
+        return True
     if cx.kind not in KINDS:
         cx.add("correctness-unchecked", f"coll={p.coll!r}: the model covers {', '.join(KINDS)}; only the "
                "structure, the communication and deadlock freedom were checked, not races or the result")
-        return
+        return False
     blockers = cx.has(_SEM_BLOCKERS)
     if blockers or cx.coll is None:
         why = ", ".join(blockers) if blockers else "the collective's shape is unknown"
         _skip(cx, f"race and correctness checks were not run ({why})")
-        return
+        return False
     if not cx.modes:
         _skip(cx, "race and correctness checks were not run: the file claims neither in-place nor out-of-place")
-        return
+        return False
     for inplace in cx.modes:
         semantics.check(cx, inplace)
     cx.facts["checked"] = ["in-place" if m else "out-of-place" for m in cx.modes]
     cx.facts["semantics_checked"] = True
+    return True
 
 
 def _skip(cx: Context, why: str) -> None:

@@ -82,13 +82,14 @@ def max_allowed_count(nbytes: int, ncpl: int, eff: int) -> int:
     return min(MAX_COUNT - 1, max(1, eff // -(-nbytes // ncpl)))
 
 
-def check(cx: Context) -> bool:
+def check(cx: Context, sym=None) -> bool:
     """Decide deadlock freedom at every call size; keep the firing order for the semantics pass.
 
     Returns whether the program completes for small calls (one message per step), whose firing order the
     semantics pass replays; ``cx.facts["deadlock_free"]`` says whether it hangs for a size the file serves.
+    ``sym``: the program's rotation symmetry (:mod:`colls.verify.symmetry`), to run ranks 0..shift-1 only.
     """
-    m = _Machine(cx)
+    m = _Machine(cx, sym)
     cap = fifo_messages(cx.p.proto)
     cx.machine = m
     cnts = sorted({m.n_cnt[n] for n in range(len(m.n_ti)) if m.n_send[n] or m.n_recv[n]}) or [1]
@@ -186,14 +187,21 @@ def _describe(ranges, ncpl, eff, cx) -> str:
 
 
 class _Machine:
-    """Flat arrays over all steps (node ids), thread blocks and connections, for fast simulation."""
+    """Flat arrays over all steps (node ids), thread blocks and connections, for fast simulation.
 
-    def __init__(self, cx: Context):
+    With a symmetry (:mod:`colls.verify.symmetry`), only ranks ``0..shift-1`` and one connection per orbit,
+    the one they send on: a receive reads the connection its sender's representative sends on."""
+
+    def __init__(self, cx: Context, sym=None):
         self.cx = cx
+        self.sym = sym
         p = cx.p
+        d = sym.shift if sym is not None else None
         self.tbs = []                       # ti -> (gpu, tb)
         tb_index = {}
         for g in sorted(p.gpus, key=lambda g: g.id):
+            if d is not None and g.id >= d:
+                continue
             for tbid in sorted(cx.tb_by_id[g.id]):
                 tb_index[(g.id, tbid)] = len(self.tbs)
                 self.tbs.append((g, cx.tb_by_id[g.id][tbid]))
@@ -225,17 +233,29 @@ class _Machine:
         self.n_ti, self.n_idx, self.n_step, self.n_send, self.n_recv = n_ti, n_idx, n_step, n_send, n_recv
         self.n_cnt, self.n_dep_ti, self.n_deps, self.n_pub, self.n_num = n_cnt, n_dep_ti, n_deps, n_pub, n_num
         self.conn_keys, self.conn_sender, self.conn_receiver = [], [], []
+        in_shift, out_shift = [0] * T, [0] * T
         for key, (sender, receiver) in cx.connections.items():
+            if d is not None and key[0] >= d:
+                continue                    # the orbit's representative is the one a rank below d sends on
             c = len(self.conn_keys)
             self.conn_keys.append(key)
             s_ti = tb_index[(sender[0].id, sender[1].id)] if sender else -1
-            r_ti = tb_index[(receiver[0].id, receiver[1].id)] if receiver else -1
+            if d is None:
+                r_ti = tb_index[(receiver[0].id, receiver[1].id)] if receiver else -1
+            else:                           # its receiver, rank key[1] = q + u d, is g^u of rank q's block
+                u = key[1] // d
+                r_ti = tb_index[(key[1] % d, receiver[1].id)] if receiver else -1
+                if s_ti >= 0:
+                    out_shift[s_ti] = u
+                if r_ti >= 0:               # which receives from key[0] - u d = key[0] + (M - u) d
+                    in_shift[r_ti] = -u % sym.order
             self.conn_sender.append(s_ti)
             self.conn_receiver.append(r_ti)
             if s_ti >= 0:
                 self.out_conn[s_ti] = c
             if r_ti >= 0:
                 self.in_conn[r_ti] = c
+        self.in_shift, self.out_shift = in_shift, out_shift
 
     def run(self, cap: int, n_msgs: list[int]):
         """Fire steps until nothing can fire; step n is ``n_msgs[n]`` messages on its connections.

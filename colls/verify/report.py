@@ -75,7 +75,7 @@ class Report:
         modes = ", ".join(self.facts.get("checked", []))
         extra = f" ({nwarn} warning{'s' if nwarn != 1 else ''})" if nwarn else ""
         return (f"{self.source}: VALID for {self.target}: loads, cannot deadlock, computes {self.facts.get('coll')} "
-                f"correctly ({modes}){extra}")
+                f"correctly ({modes}){extra}{symmetry_words(self.facts)}")
 
     def to_dict(self) -> dict:
         """Plain data for JSON output: source, target, verdict, findings (errors first), facts."""
@@ -86,3 +86,14 @@ class Report:
 
     def format(self) -> str:
         return "\n".join([str(f) for f in self.findings] + [self.summary()])
+
+
+def symmetry_words(facts: dict) -> str:
+    """``"; proved on ranks 0-63 for all 1024 by symmetry (rank r runs rank r mod 64's program, relabelled)"``
+    where the execution and semantics passes ran on a quotient (:mod:`colls.verify.symmetry`), else ``""``."""
+    sym = facts.get("symmetry")
+    if not sym:
+        return ""
+    run, n = sym["ranks_run"], sym["ranks"]
+    ranks = "rank 0" if run == 1 else f"ranks 0-{run - 1}"
+    return f"; proved on {ranks} for all {n} by symmetry (rank r runs rank r mod {run}'s program, relabelled)"

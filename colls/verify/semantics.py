@@ -60,7 +60,9 @@ def check(cx: Context, inplace: bool) -> None:
     label = "in-place" if inplace else "out-of-place"
     calls = cx.modes_text(inplace)
     alias = coll.alias
-    state = {g.id: coll.initial_state(g.id, inplace, scratch=g.s_chunks) for g in cx.p.gpus}
+    sym = m.sym                             # ranks 0..shift-1 stand for every rank (colls.verify.symmetry)
+    gpus = [g for g in cx.p.gpus if sym is None or g.id < sym.shift]
+    state = {g.id: coll.initial_state(g.id, inplace, scratch=g.s_chunks) for g in gpus}
     payloads = [deque() for _ in m.conn_keys]
     accesses: dict = defaultdict(list)      # (gpu, storage) -> [(node, is_write, position)] in firing order
     counts: dict = defaultdict(int)
@@ -102,6 +104,8 @@ def check(cx: Context, inplace: bool) -> None:
         sends, receives, reads, writes, reduces = STEP_SEMANTICS[typ]
         cnt = st.cnt
         incoming = payloads[m.in_conn[ti]].popleft() if receives else None
+        if incoming is not None and m.in_shift[ti]:     # sent by g^k of the representative that sent it
+            incoming = [sym.image(v, m.in_shift[ti]) for v in incoming]
         src = [alias(gid, st.srcbuf, st.srcoff + k, inplace) for k in range(cnt)] if reads else None
         dst = [alias(gid, st.dstbuf, st.dstoff + k, inplace) for k in range(cnt)] if writes else None
         noop_copy = typ == "cpy" and src == dst
@@ -133,7 +137,7 @@ def check(cx: Context, inplace: bool) -> None:
 
     _check_races(cx, accesses, label, calls)
 
-    for g in cx.p.gpus:
+    for g in gpus:
         mem = state[g.id]
         wrong = []
         for j in range(coll.out_chunks):
@@ -207,24 +211,31 @@ def happens_before(m, x: int, y: int, in_step: bool) -> bool:
     px = pos[x]
     ti = m.n_ti[x]
     x_end = m.tb_start[ti] + m.tb_len[ti]   # later steps of x's thread block: x < n < x_end
-    n_idx, dep_pred, msg_pred, cap_pred = m.n_idx, m.dep_pred, m.msg_pred, m.cap_pred
-    best = {}                               # node -> best path state seen from y
-    stack = [(y, _PURE)]
+    n_ti, n_idx, dep_pred, msg_pred, cap_pred = m.n_ti, m.n_idx, m.dep_pred, m.msg_pred, m.cap_pred
+    # under a symmetry a node stands for its images: a message or room edge can lead to the image g^k of
+    # the node it names (k: the machine's in_shift / out_shift), so the search keeps the power of g it is
+    # at, and only a path back at power 0 reaches x itself (colls.verify.symmetry)
+    in_shift, out_shift = m.in_shift, m.out_shift
+    order = m.sym.order if m.sym is not None else 1
+    best = {}                               # (node, power) -> best path state seen from y
+    stack = [(y, 0, _PURE)]
     while stack:
-        n, state = stack.pop()
-        for p, edge in ((n - 1 if n_idx[n] > 0 else -1, _LOCAL), (dep_pred[n], _LOCAL), (msg_pred[n], _PURE),
-                        (cap_pred[n], _LOOSE)):
+        n, k, state = stack.pop()
+        t = n_ti[n]
+        for p, edge, kp in ((n - 1 if n_idx[n] > 0 else -1, _LOCAL, k), (dep_pred[n], _LOCAL, k),
+                            (msg_pred[n], _PURE, (k + in_shift[t]) % order),
+                            (cap_pred[n], _LOOSE, (k + out_shift[t]) % order)):
             if p < 0:
                 continue
             ps = _LOCAL if _LOCAL in (state, edge) else (_PURE if state == edge == _PURE else _LOOSE)
-            if p == x:
+            if p == x and kp == 0:
                 if ps == _LOCAL or (ps == _PURE and in_step):
                     return True
                 continue
-            if x < p < x_end:          # x -> p is program order: a local edge
+            if x < p < x_end and kp == 0:    # x -> p is program order: a local edge
                 return True
-            if pos[p] < px or best.get(p, -1) >= ps:
+            if pos[p] < px or best.get((p, kp), -1) >= ps:
                 continue
-            best[p] = ps
-            stack.append((p, ps))
+            best[(p, kp)] = ps
+            stack.append((p, kp, ps))
     return False
