@@ -65,7 +65,7 @@ class LowerOptions:
     fits: Callable[[Program], list] | None = field(default=None, compare=False)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Instr:
     rank: int
     time: tuple
@@ -89,7 +89,7 @@ class _Instr:
         return self.send.dst if self.send is not None else -1
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Tb:
     rank: int
     chan: int
@@ -108,8 +108,11 @@ def lower(schedule: Schedule, target: Target, options: LowerOptions | None = Non
     nsteps = max(1, schedule.nsteps)
     limit_tbs = min(target.max_tbs, options.sms) if options.sms else target.max_tbs
     last_error = None
-    # a method that knows its segments (rings) says where to start; fewer would not fit anyway
-    for nseg in range(min(schedule.info.get("min_segments", 1), target.max_channels),
+    # a method that knows its segments (rings) says where to start; fewer would not fit anyway. Nor would
+    # fewer than a lane's busiest connection needs: its ops stay on one channel per segment, and nseg
+    # segments leave at least 1/nseg of them in one (cutting a chain only adds ops)
+    need = -(-_least_steps(all_ops, lambda op: op.lane) // target.max_steps)
+    for nseg in range(min(max(schedule.info.get("min_segments", 1), need), target.max_channels),
                       target.max_channels + 1):
         base = min(len(lanes), max(1, target.max_channels // nseg))
         if base * nseg > target.max_channels:
@@ -171,6 +174,10 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
                 f"try fewer --rings, --instances or --chunks"
                 + ("" if target.name == "old" else ", or --target old")) from None
         tbs, bad = _threadblocks(instrs, options.shape)
+        longest = max((len(tb.instrs) for tb in tbs), default=0)
+        if longest > target.max_steps:   # splitting fusions and adding nops only lengthen threadblocks
+            return None, (f"{schedule.method} {schedule.collective.kind}: needs at least {longest} steps in "
+                          f"one threadblock; {target.name} allows {target.max_steps}"), []
         if not bad:
             _dependencies(instrs, schedule.collective)
             bad = _order(tbs)
@@ -644,6 +651,7 @@ def _assemble(schedule: Schedule, tbs: list[_Tb], options: LowerOptions, target:
             ins.index = pos
             pos += 1
     hasdep = set()
+    made: list = []             # (step, the instruction it runs): hasdep is known once every step is made
     gpus = []
     nchannels = 1 + max((tb.chan for tb in tbs), default=0)
     for rank in range(coll.nranks):
@@ -660,17 +668,12 @@ def _assemble(schedule: Schedule, tbs: list[_Tb], options: LowerOptions, target:
                     step.depid, step.deps = targets[-1].tb.id, targets[-1].index
                     hasdep.add(id(targets[-1]))
                 steps.append(step)
-                step._ins = ins  # type: ignore[attr-defined]
+                made.append((step, ins))
             gtbs.append(Threadblock(tb.id, tb.send, tb.recv, tb.chan, steps))
         gpus.append(Gpu(rank, coll.in_chunks, coll.out_chunks, scratch, gtbs))
-    for g in gpus:
-        for tb in g.tbs:
-            for st in tb.steps:
-                ins = getattr(st, "_ins", None)
-                if ins is not None:
-                    if id(ins) in hasdep:
-                        st.hasdep = 1
-                    del st._ins
+    for st, ins in made:
+        if id(ins) in hasdep:
+            st.hasdep = 1
     return Program(
         name=options.name or f"colls-{schedule.method}-{coll.kind}-n{coll.nranks}",
         coll=target.coll_name(coll.kind), ngpus=coll.nranks, nchunksperloop=coll.nchunksperloop,

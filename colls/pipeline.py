@@ -6,7 +6,7 @@ can stop after any of them and look at what it produced::
     topology = hardware.load_topology("dgx-a100", nodes=2)          # profile  -> Topology
     collective = Collective("allreduce", topology.ngpus)             #          -> Collective
     schedule = synth.get_method("ring")(topology, collective)        #          -> Schedule
-    schedule.check()                                                 # the method's own proof
+    schedule.check()                                                 # the method's own proof (optional)
     schedule = schedule.replicate(instances)                         #          -> Schedule
     program = lower.lower(schedule, target, options)                 #          -> Program
     text = msccl.emit(program)                                       #          -> XML text
@@ -502,9 +502,9 @@ def _compile_once(topology: Topology, collective: Collective, method: str, tgt: 
     schedule = synth.get_method(method)(topology, collective, **options)
     if seen is not None:
         seen.update(schedule.info)
-    if not in_memory:           # in memory, the program's proof below covers what this one shows
-        progress(f"checking the schedule ({len(schedule.ops)} transfers)")
-        schedule.check()
+    # what the schedule computes is proved on the program it is lowered to (and, should that proof fail, by
+    # the schedule's own check, which names the transfer at fault: _finish); here only its shape
+    schedule.check_shape()
     return _lower(topology, schedule, method, tgt, instances=instances, proto=proto, min_bytes=min_bytes,
                   max_bytes=max_bytes, mode=mode, progress=progress, in_memory=in_memory,
                   prove=prove or not in_memory)
@@ -564,6 +564,8 @@ def _finish(topology: Topology, base: Schedule, schedule: Schedule, program: Pro
         parsed, text_findings = msccl.parse(text, source="<generated>")
         report = verify.verify(parsed, tgt, sms=topology.min_sms(), findings=text_findings)
     if not report.ok:
+        if prove or not in_memory:
+            base.check()        # a wrong schedule: its own check names the transfer at fault
         first = next(f for f in report.findings if f.severity == "error")
         hint = ""
         if mode == "both" and "in-place" in str(first):

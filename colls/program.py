@@ -33,7 +33,7 @@ def receives(step_type: str) -> bool:
     return STEP_SEMANTICS.get(step_type, (False,) * 5)[1]
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
     s: int | None
     type: str | None
@@ -48,7 +48,7 @@ class Step:
     line: int | None = field(default=None, compare=False)  # where it was read from, for findings
 
 
-@dataclass
+@dataclass(slots=True)
 class Threadblock:
     id: int | None
     send: int | None = -1
@@ -58,7 +58,7 @@ class Threadblock:
     line: int | None = field(default=None, compare=False)
 
 
-@dataclass
+@dataclass(slots=True)
 class Gpu:
     id: int | None
     i_chunks: int | None = 0

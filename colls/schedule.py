@@ -29,7 +29,7 @@ BUFFERS = ("i", "o", "s")
 TRANSIENT = "t"
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class Op:
     step: int
     src: int
@@ -136,14 +136,19 @@ class Schedule:
         :meth:`execution_order`). Neither may write the caller's input where it is not also the output.
         This is the synthesizers' own test; the written file is proven separately by :mod:`colls.verify`.
         """
-        for op in self.ops:
-            self._check_shape(op)
+        self.check_shape()
         for mode in ((False, True) if inplace is None else (inplace,)):
             try:
                 self._run(mode)
             except CollsError as e:
                 where = "in-place" if mode else "out-of-place"
                 raise CollsError(f"{self.method} {self.collective.kind} ({where}): {e}") from None
+
+    def check_shape(self) -> None:
+        """Raise CollsError unless every op names ranks, buffers and chunks that exist (linear in the ops; what
+        the lowering needs of a schedule; :meth:`check` also proves what it computes)."""
+        for op in self.ops:
+            self._check_shape(op)
 
     def _run(self, inplace: bool) -> None:
         coll = self.collective
