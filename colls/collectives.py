@@ -167,6 +167,17 @@ class Collective:
     def with_chunks(self, chunks: int) -> "Collective":
         return Collective(self.kind, self.nranks, chunks, self.root)
 
+    def rotation_slices(self) -> list[tuple[int, int]]:
+        """The per-rank slices ``(t_i, t_o)`` of the input and output under which the collective is invariant
+        when every rank ``r`` becomes ``r + d``, offset ``j`` of buffer ``b`` becomes ``j + d t_b`` and input
+        atom ``(r, j)`` becomes ``(r + d, j + d t_i)``: the initial state, the in-place aliasing, the writable
+        input and every expected output move alike (``tests/test_verify_symmetry.py`` checks it). Allgather's
+        output and reducescatter's input are cut in ``c`` chunks per rank, alltoall's both; allreduce holds
+        for any slice that is whole after N shifts (``c / N`` first, then 0). Rooted collectives have none."""
+        n, c = self.nranks, self.chunks
+        return {"allgather": [(0, c)], "reducescatter": [(c, 0)], "alltoall": [(c, c)],
+                "allreduce": ([(c // n, c // n)] if c % n == 0 else []) + [(0, 0)]}.get(self.kind, [])
+
     # --- conditions -----------------------------------------------------------------------------------
     def input_value(self, rank: int, j: int) -> Value:
         return (j, 1 << rank)
@@ -240,3 +251,13 @@ class Collective:
             if got != want:
                 problems.append(f"output chunk {j} holds {describe(got)}, expected {describe(want)}")
         return problems
+
+
+def rotation_period(signatures: list) -> int:
+    """The smallest divisor ``d`` of ``n = len(signatures)`` with ``signatures[r] == signatures[r + d mod n]``
+    for every rank ``r`` (each rank's part of a program or schedule with its own rank taken out), or ``n``."""
+    n = len(signatures)
+    for d in range(1, n):
+        if n % d == 0 and all(signatures[r] == signatures[(r + d) % n] for r in range(n)):
+            return d
+    return n

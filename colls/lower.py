@@ -43,7 +43,7 @@ import networkx as nx
 
 from colls.collectives import Collective
 from colls.errors import CollsError, LimitError
-from colls.program import Gpu, Program, Step, Threadblock
+from colls.program import Gpu, Program, Step, Threadblock, rotated
 from colls.schedule import TRANSIENT, Op, Schedule
 from colls.runtimes import Target
 from colls.verify.execution import fifo_messages
@@ -101,10 +101,47 @@ class _Tb:
 
 def lower(schedule: Schedule, target: Target, options: LowerOptions | None = None) -> Program:
     """Turn ``schedule`` into a Program that fits ``target``'s limits (or raise CollsError)."""
+    return _lower_all(schedule, target, options or LowerOptions())
+
+
+class _Asymmetric(Exception):
+    """The lowering of one orbit's ranks cannot stand for every rank (see :func:`lower_by_symmetry`)."""
+
+
+def lower_by_symmetry(schedule: Schedule, target: Target, options: LowerOptions | None = None) -> Program | None:
+    """:func:`lower` for a schedule that rotation by ``d`` ranks maps onto itself (:meth:`Schedule.rotation`):
+    only ranks ``0..d-1`` are lowered, from the ops they send or receive, and every other rank gets its
+    representative's program relabelled (:func:`colls.program.rotated`). None where the schedule has no such
+    symmetry, where a limit the steps only approximate decides the layout (MSCCL++), or where what one rank
+    waits for would have to be cut by a fusion split (the whole schedule is then lowered by :func:`lower`).
+
+    Every choice the lowering makes for a rank (segments, fusions, threadblocks, dependencies, order) reads
+    only that rank's ops, in the schedule's order; the one global question, whether a small call can wait on
+    itself, is asked of the quotient graph (the images of an instruction as one node): a cycle of the whole
+    graph is a closed walk of the quotient, so a quotient without one leaves the whole graph without one. The
+    file is proved like any other (:mod:`colls.verify` checks the symmetry it finds there itself)."""
     options = options or LowerOptions()
+    rot = schedule.rotation() if options.fits is None else None
+    if rot is None:
+        return None
+    shift, slices = rot
+    coll = schedule.collective
+    try:
+        program = _lower_all(schedule, target, options, (shift, slices))
+    except _Asymmetric:
+        return None
+    program.gpus = rotated(program.gpus, coll.nranks, shift, slices, {"i": coll.in_chunks, "o": coll.out_chunks})
+    return program
+
+
+def _lower_all(schedule: Schedule, target: Target, options: LowerOptions, sym: tuple | None = None) -> Program:
+    """:func:`lower`; with ``sym = (d, slices)`` (:meth:`Schedule.rotation`), the program of ranks ``0..d-1``
+    only (:func:`lower_by_symmetry`)."""
     # Within a step, local ops go last: a rank's first sends then never wait for its own copies.
     all_ops = _split_counts(schedule.execution_order(), target.max_cnt - 1)
     lanes = sorted({op.lane for op in all_ops})
+    if sym is not None:
+        all_ops = [op for op in all_ops if op.src < sym[0] or op.dst < sym[0]]
     nsteps = max(1, schedule.nsteps)
     limit_tbs = min(target.max_tbs, options.sms) if options.sms else target.max_tbs
     last_error = None
@@ -124,7 +161,7 @@ def lower(schedule: Schedule, target: Target, options: LowerOptions | None = Non
         cuts: dict = {}
         while True:
             program, last_error, over = _lower_once(schedule, target, options, all_ops, nseg, nsteps, base,
-                                                    len(lanes), lane_chan, cuts, limit_tbs)
+                                                    len(lanes), lane_chan, cuts, limit_tbs, sym)
             if program is not None and not over:
                 return program
             if not over or not _cut_more(cuts, over, all_ops, nseg, nsteps, base, lane_chan, target):
@@ -135,7 +172,8 @@ def lower(schedule: Schedule, target: Target, options: LowerOptions | None = Non
 
 
 def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_ops: list, nseg: int,
-                nsteps: int, base: int, nlanes: int, lane_chan: dict, cuts: dict, limit_tbs: int):
+                nsteps: int, base: int, nlanes: int, lane_chan: dict, cuts: dict, limit_tbs: int,
+                sym: tuple | None = None):
     """One lowering with ``nseg`` step segments and the connections of ``cuts`` cut: (program or None, why
     not, the threadblocks ``options.fits`` refuses as (gpu, tb id, channel, recv peer, send peer)). Raises
     LimitError where more segments cannot help (threadblocks, channels of too many lanes)."""
@@ -150,6 +188,9 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
 
     ops, segs, scratch = _segment(all_ops, schedule.scratch, seg_of)
     keys = {id(op): (op.step, i) for i, op in enumerate(ops)}
+    # by symmetry: each op received outside ranks 0..d-1 -> its image received inside (the quotient's edges)
+    reps = None if sym is None else sym[0]
+    image = None if sym is None else _images(all_ops, ops, schedule.collective, *sym)
 
     def chan_of(op: Op) -> int:
         seg, part = segs[id(op)]
@@ -163,7 +204,7 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
     forwards = _forward_candidates(ops, schedule.collective)
     while True:
         try:
-            instrs = _instructions(ops, keys, chan_of, no_fuse, forwards, options.shape)
+            instrs = _instructions(ops, keys, chan_of, no_fuse, forwards, options.shape, reps)
         except CollsError:
             if base == nlanes:
                 raise
@@ -182,13 +223,13 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
             _dependencies(instrs, schedule.collective)
             bad = _order(tbs)
         if not bad:
-            bad = _wait_cycles(instrs, tbs, fifo_messages(options.proto))
+            bad = _wait_cycles(instrs, tbs, fifo_messages(options.proto), image)
         if not bad:
             break
         if bad <= no_fuse:
             raise AssertionError("lowering could not resolve a fusion conflict")
         no_fuse |= bad
-    program = _assemble(schedule, tbs, options, target, scratch)
+    program = _assemble(schedule, tbs, options, target, scratch, reps)
     steps, tbmax = program.max_steps(), program.max_tbs()
     if tbmax > limit_tbs:
         what = f"the GPU's {options.sms} SMs" if options.sms and options.sms < target.max_tbs \
@@ -214,6 +255,37 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
         return program, (f"{schedule.method} {schedule.collective.kind}: a threadblock of {steps} steps does "
                          f"not fit {target.name}"), over
     return program, None, []
+
+
+def _images(all_ops: list[Op], ops: list[Op], coll: Collective, reps: int, slices: dict) -> dict:
+    """id(op) -> its image received by one of ranks ``0..reps-1``, for each op of ``ops`` (``all_ops`` after
+    :func:`_segment`, index for index) received by another rank: the op rotated by a multiple of ``reps``
+    ranks, found among the ops by their fields before segmenting (segmenting moves a cut chain's slots
+    rank by rank, and in-flight numbers are not compared, as :meth:`Schedule.rotation` does not)."""
+    n = coll.nranks
+    sizes = {"i": coll.in_chunks, "o": coll.out_chunks}
+
+    def key(op, k):
+        def off(buf, j):
+            if buf == TRANSIENT:
+                return -1
+            t = slices.get(buf)
+            return (j - k * t) % sizes[buf] if t else j
+        red = () if op.reduce is None else (op.reduce[0], off(*op.reduce))
+        return (op.step, (op.src - k) % n, (op.dst - k) % n, op.src_buf, off(op.src_buf, op.src_index),
+                op.dst_buf, off(op.dst_buf, op.dst_index), op.count, red, op.lane)
+    inside = {}
+    for i, op in enumerate(all_ops):
+        if op.dst < reps and not op.local:
+            inside.setdefault(key(op, 0), []).append(i)
+    out = {}
+    for i, op in enumerate(all_ops):
+        if op.dst >= reps and not op.local:
+            found = inside.get(key(op, op.dst - op.dst % reps))
+            if not found:
+                raise _Asymmetric(f"{op.describe()} has no image received by ranks 0..{reps - 1}")
+            out[id(ops[i])] = ops[found[0]]
+    return out
 
 
 def _step_segment(step: int, nseg: int, nsteps: int) -> int:
@@ -335,7 +407,8 @@ def _forward_candidates(ops, coll: Collective) -> dict:
     return out
 
 
-def _instructions(ops, keys, chan_of, no_fuse, forwards: dict, shape: tuple = (0, 0)) -> list[_Instr]:
+def _instructions(ops, keys, chan_of, no_fuse, forwards: dict, shape: tuple = (0, 0),
+                  reps: int | None = None) -> list[_Instr]:
     """One instruction per op half, fusing a receive with the send that forwards its result.
 
     A receive A is fused with a later send B when B sends exactly A's chunks on the same channel and no
@@ -353,8 +426,11 @@ def _instructions(ops, keys, chan_of, no_fuse, forwards: dict, shape: tuple = (0
                 if b is None or _forward_key(op, keys, shape) < _forward_key(b, keys, shape):
                     fused_with[id(a)] = op
     sent_by_fusion = {id(b) for b in fused_with.values()}
+
+    def mine(rank):             # with reps, the instructions of ranks 0..reps-1 only (their ops are all here)
+        return reps is None or rank < reps
     for op in ops:
-        if not op.local and op.src_buf == TRANSIENT and id(op) not in sent_by_fusion:
+        if not op.local and op.src_buf == TRANSIENT and id(op) not in sent_by_fusion and mine(op.src):
             raise CollsError(f"{op.describe()}: cannot forward an in-flight value on another channel "
                              f"or in a separate instruction")
     instrs = []
@@ -365,8 +441,10 @@ def _instructions(ops, keys, chan_of, no_fuse, forwards: dict, shape: tuple = (0
                 raise CollsError(f"{op.describe()}: a local reduce must accumulate into its target")
             instrs.append(_Instr(op.src, t, chan_of(op), local=op))
             continue
-        if id(op) not in sent_by_fusion:
+        if id(op) not in sent_by_fusion and mine(op.src):
             instrs.append(_Instr(op.src, t, chan_of(op), send=op, send_time=t))
+        if not mine(op.dst):
+            continue
         b = fused_with.get(id(op))
         if op.dst_buf == TRANSIENT and b is None:
             raise CollsError(f"{op.describe()}: its in-flight result is never forwarded in one instruction")
@@ -524,7 +602,7 @@ def _order(tbs: list[_Tb]) -> set:
     return bad
 
 
-def _wait_cycles(instrs: list[_Instr], tbs: list[_Tb], cap: int) -> set:
+def _wait_cycles(instrs: list[_Instr], tbs: list[_Tb], cap: int, image: dict | None = None) -> set:
     """The fused (receive, send) pairs to split so that no instruction waits, through others, for itself.
 
     The graph is what a step of a small call (one message per step) waits for: the step before it in its
@@ -535,6 +613,10 @@ def _wait_cycles(instrs: list[_Instr], tbs: list[_Tb], cap: int) -> set:
     after the sends that precede its own send, which may be later. So every cycle holds a wait that goes
     back in time, and it ends at a fused instruction: those are split (a fused instruction whose value is
     in flight cannot be, and a cycle of such alone is left for the verifier to report).
+
+    ``image`` (lowering by symmetry: ``instrs`` are those of one orbit's ranks): a message received outside
+    them is taken as its image received inside, so the graph is the quotient's; a cycle there cannot be
+    split soundly for every rank, and raises :class:`_Asymmetric`.
     """
     node = {id(ins): k for k, ins in enumerate(instrs)}
     succ: list = [[] for _ in instrs]
@@ -546,14 +628,18 @@ def _wait_cycles(instrs: list[_Instr], tbs: list[_Tb], cap: int) -> set:
             receiver[id(ins.recv)] = ins
         for d in ins.deps:
             succ[node[id(d)]].append(node[id(ins)])
-    for op_id, ins in receiver.items():
-        succ[node[id(sender[op_id])]].append(node[id(ins)])
+    def received_by(op):
+        if image is not None and id(op) in image:
+            op = image[id(op)]
+        return receiver[id(op)]
+    for op_id, ins in sender.items():
+        succ[node[id(ins)]].append(node[id(received_by(ins.send))])
     for tb in tbs:
         for a, b in zip(tb.instrs, tb.instrs[1:]):
             succ[node[id(a)]].append(node[id(b)])
         sends = [i for i in tb.instrs if i.send is not None]
         for a, b in zip(sends, sends[cap:]):
-            succ[node[id(receiver[id(a.send)])]].append(node[id(b)])
+            succ[node[id(received_by(a.send))]].append(node[id(b)])
     indeg = [0] * len(instrs)
     for outs in succ:
         for b in outs:
@@ -567,6 +653,8 @@ def _wait_cycles(instrs: list[_Instr], tbs: list[_Tb], cap: int) -> set:
     rest = [k for k, d in enumerate(indeg) if d > 0]
     if not rest:
         return set()
+    if image is not None:
+        raise _Asymmetric("a small call could wait on itself: fusions to split")
     graph = nx.DiGraph()
     graph.add_edges_from((a, b) for a in rest for b in succ[a] if indeg[b] > 0)
     bad: set = set()
@@ -632,7 +720,7 @@ def _accesses(ins: _Instr, coll: Collective) -> tuple[set, set]:
 
 
 def _assemble(schedule: Schedule, tbs: list[_Tb], options: LowerOptions, target: Target,
-              scratch: int) -> Program:
+              scratch: int, reps: int | None = None) -> Program:
     coll = schedule.collective
     by_rank: dict = defaultdict(list)
     for tb in tbs:
@@ -654,7 +742,7 @@ def _assemble(schedule: Schedule, tbs: list[_Tb], options: LowerOptions, target:
     made: list = []             # (step, the instruction it runs): hasdep is known once every step is made
     gpus = []
     nchannels = 1 + max((tb.chan for tb in tbs), default=0)
-    for rank in range(coll.nranks):
+    for rank in range(coll.nranks if reps is None else reps):
         gtbs = []
         for tb in by_rank.get(rank, []):
             steps: list[Step] = []

@@ -536,6 +536,14 @@ def _lower(topology: Topology, base: Schedule, method: str, tgt: Target, *, inst
         inplace=mode in ("both", "inplace"), outofplace=mode in ("both", "outofplace"),
         name=f"colls-{method}-{collective.kind}{_root_tag(collective)}-{topology.name.replace(' ', '')}",
         sms=topology.min_sms(), shape=topology.node_major(), fits=_plan_fits(tgt, topology))
+    program = lowering.lower_by_symmetry(schedule, tgt, opts)
+    if program is not None:     # one orbit's ranks lowered, the others relabelled: proved whatever the use
+        try:
+            return _finish(topology, base, schedule, program, method, tgt, mode, progress, in_memory, True)
+        except LimitError:
+            raise
+        except CollsError:
+            progress("lowering every rank (the program lowered by symmetry did not verify)")
     program = lowering.lower(schedule, tgt, opts)
     return _finish(topology, base, schedule, program, method, tgt, mode, progress, in_memory, prove)
 

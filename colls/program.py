@@ -96,3 +96,26 @@ class Program:
 
     def max_tbs(self) -> int:
         return max((len(g.tbs) for g in self.gpus), default=0)
+
+
+def rotated(gpus: list[Gpu], nranks: int, shift: int, slices: dict, sizes: dict) -> list[Gpu]:
+    """Every rank's Gpu from those of ranks ``0..shift-1``: rank ``r0 + k shift`` runs rank ``r0``'s
+    threadblocks with peers ``+ k shift`` (mod ``nranks``) and offsets into buffer ``b`` ``+ k shift slices[b]``
+    (mod ``sizes[b]``; scratch and unused offsets as they are). See :mod:`colls.verify.symmetry`."""
+    out = list(gpus)
+    for k in range(1, nranks // shift):
+        move = {b: (k * shift * t) % sizes[b] for b, t in slices.items() if t}
+
+        def off(buf, o):
+            m = move.get(buf)
+            return (o + m) % sizes[buf] if m and o is not None and o >= 0 else o
+
+        def peer(p):
+            return (p + k * shift) % nranks if p is not None and p >= 0 else p
+        for g in gpus:
+            tbs = [Threadblock(tb.id, peer(tb.send), peer(tb.recv), tb.chan,
+                               [Step(st.s, st.type, st.srcbuf, off(st.srcbuf, st.srcoff), st.dstbuf,
+                                     off(st.dstbuf, st.dstoff), st.cnt, st.depid, st.deps, st.hasdep)
+                                for st in tb.steps]) for tb in g.tbs]
+            out.append(Gpu(g.id + k * shift, g.i_chunks, g.o_chunks, g.s_chunks, tbs))
+    return out

@@ -22,7 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
-from colls.collectives import Collective, SymbolicError, reduce_values
+from colls.collectives import Collective, SymbolicError, reduce_values, rotation_period
 from colls.errors import CollsError
 
 BUFFERS = ("i", "o", "s")
@@ -126,6 +126,39 @@ class Schedule:
         deterministic tie-break of :meth:`sorted_ops`. Under in-place aliasing, ops of one step can
         touch the same memory; they then take effect in this order."""
         return sorted(self.sorted_ops(), key=lambda op: (op.step, op.local))
+
+    def rotation(self) -> tuple[int, dict] | None:
+        """``(d, slices)``: the smallest rotation under which the schedule is the same, or None.
+
+        Rotating every op by ``d`` ranks (its source and destination ``+ d``, an offset into buffer ``b``
+        ``+ d slices[b]``, see :meth:`Collective.rotation_slices`; scratch and in-flight slots unchanged;
+        steps and lanes unchanged) gives the schedule's ops back: rank ``r + d`` does what rank ``r`` does,
+        relabelled. Routes are not compared (the lowering does not read them), nor the numbers of in-flight
+        values (they pair a received reduction with the op that forwards it, and the lowering leaves no number
+        of them in the program; a file lowered by symmetry is proved like any other)."""
+        coll = self.collective
+        n = coll.nranks
+        sizes = {"i": coll.in_chunks, "o": coll.out_chunks}
+        for ti, to in coll.rotation_slices():
+            slices = {"i": ti, "o": to}
+            per: list = [[] for _ in range(n)]
+            for op in self.ops:
+                r = op.src
+                if not 0 <= r < n:
+                    return None
+
+                def off(buf, j, r=r):
+                    if buf == TRANSIENT:
+                        return -1   # an in-flight value is named by the two ops it joins, whatever its number
+                    t = slices.get(buf)
+                    return (j - r * t) % sizes[buf] if t else j
+                red = () if op.reduce is None else (op.reduce[0], off(*op.reduce))
+                per[r].append((op.step, (op.dst - r) % n, op.src_buf, off(op.src_buf, op.src_index), op.dst_buf,
+                               off(op.dst_buf, op.dst_index), op.count, red, op.lane))
+            d = rotation_period([sorted(p) for p in per])
+            if d < n:
+                return d, slices
+        return None
 
     # --- checks ---------------------------------------------------------------------------------------
     def check(self, inplace: bool | None = None) -> None:

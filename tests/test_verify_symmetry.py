@@ -31,9 +31,8 @@ def test_the_collective_is_invariant_under_the_rotation(kind, n, chunks):
     """Step 1 of the argument: with the per-rank slices find() uses, rank r + d's initial state, aliasing,
     writable input and expected outputs are the images of rank r's, for every shift d."""
     coll = Collective(kind, n, chunks)
-    c = chunks
-    choices = {"allgather": [(0, c)], "reducescatter": [(c, 0)], "alltoall": [(c, c)],
-               "allreduce": ([(c // n, c // n)] if c % n == 0 else []) + [(0, 0)]}[kind]
+    choices = coll.rotation_slices()
+    assert choices
     sizes = {"i": coll.in_chunks, "o": coll.out_chunks}
     for ti, to in choices:
         for d in _divisors(n):
@@ -195,3 +194,32 @@ def test_a_ring_whose_every_rank_receives_first_hangs_in_the_quotient_too():
     for k, st_ in enumerate(gpus[0].tbs[0].steps):
         st_.s = k
     assert "deadlock" not in verify(program, "exe").rules()
+
+
+def test_a_schedule_without_the_symmetry_is_lowered_whole():
+    from colls import lower
+    from colls.runtimes import get_target
+    from colls.synth import get_method
+    topo = load_topology("dgx-a100", nodes=2)
+    schedule = get_method("ring")(topo, Collective("allreduce", topo.ngpus))
+    assert schedule.rotation() is None
+    assert lower.lower_by_symmetry(schedule, get_target("exe")) is None
+
+
+def test_a_program_lowered_by_symmetry_that_does_not_verify_is_lowered_whole(monkeypatch):
+    """The pipeline proves what the symmetric lowering makes; should that proof fail, every rank is lowered and
+    the file is that one."""
+    from colls import lower
+    topo = load_topology("dgx-a100", nodes=2)
+    made = []
+
+    def broken(schedule, target, options=None):
+        program = lower.lower(schedule, target, options)
+        tb = next(tb for tb in program.gpus[3].tbs if tb.steps)
+        tb.steps[0].dstoff = (tb.steps[0].dstoff + 1) % 32 if tb.steps[0].dstoff >= 0 else tb.steps[0].dstoff
+        tb.steps[0].srcoff = (tb.steps[0].srcoff + 1) % 32
+        made.append(program)
+        return program
+    monkeypatch.setattr(lower, "lower_by_symmetry", broken)
+    result = pipeline.compile_schedule(topo, Collective("allgather", topo.ngpus), "hier")
+    assert made and result.program is not made[0] and result.report.ok

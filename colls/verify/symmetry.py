@@ -43,6 +43,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from colls.collectives import rotation_period
+
 #: the kinds whose conditions are invariant under rank rotation (broadcast and reduce have a root)
 ROTATION_INVARIANT = ("allgather", "reducescatter", "allreduce", "alltoall")
 
@@ -83,16 +85,14 @@ def find(cx) -> Symmetry | None:
     coll = cx.coll
     if coll is None or coll.kind not in ROTATION_INVARIANT or coll.nranks < 2:
         return None
-    n, c = coll.nranks, coll.chunks
+    n = coll.nranks
     sizes = {"i": coll.in_chunks, "o": coll.out_chunks}
     if len(cx.gpu_by_id) != n or sorted(cx.gpu_by_id) != list(range(n)):
         return None
-    choices = {"allgather": [(0, c)], "reducescatter": [(c, 0)], "alltoall": [(c, c)],
-               "allreduce": ([(c // n, c // n)] if c % n == 0 else []) + [(0, 0)]}[coll.kind]
-    for ti, to in choices:
+    for ti, to in coll.rotation_slices():
         shifts = {"i": ti, "o": to}
         sigs = [_signature(cx.gpu_by_id[r], r, n, shifts, sizes) for r in range(n)]
-        period = _period(sigs)
+        period = rotation_period(sigs)
         if period < n:
             return Symmetry(n, period, shifts, sizes)
     return None
@@ -115,12 +115,3 @@ def _signature(gpu, r: int, n: int, shifts: dict, sizes: dict) -> tuple:
                        st.cnt, st.depid, st.deps, st.hasdep) for st in tb.steps)
         tbs.append((tb.id, tb.chan, peer(tb.send), peer(tb.recv), steps))
     return (gpu.i_chunks, gpu.o_chunks, gpu.s_chunks, tuple(tbs))
-
-
-def _period(sigs: list) -> int:
-    """The smallest divisor d of len(sigs) with sigs[r] == sigs[r + d mod n] for every r (n when none)."""
-    n = len(sigs)
-    for d in range(1, n):
-        if n % d == 0 and all(sigs[r] == sigs[(r + d) % n] for r in range(n)):
-            return d
-    return n
