@@ -22,6 +22,8 @@ Missing attributes become ``None`` in the Program; :mod:`colls.verify` reports t
 
 from __future__ import annotations
 
+import io
+
 import gc
 import re
 from contextlib import contextmanager
@@ -358,54 +360,80 @@ class _Reader:
 
     # --- structure ---------------------------------------------------------------------------------
     def read(self) -> Program:
+        """The Program, read as the parser goes: each ``<gpu>`` is made into a Gpu as soon as it is closed and
+        its elements freed (a 1,024-rank file's element tree alone would take gigabytes)."""
         self.scan_text()
+        events = etree.iterparse(io.BytesIO(self.text.encode("utf-8")), events=("start", "end"),
+                                 resolve_entities=False, huge_tree=True)
+        root = program = None
+        depth = 0
+        plain_get = self.plain.get
         try:
-            parser = etree.XMLParser(resolve_entities=False, huge_tree=True)
-            root = etree.fromstring(self.text.encode("utf-8"), parser)
+            for event, elem in events:
+                if event == "start":
+                    if depth == 0:
+                        root = elem
+                        program = self.algo(root)
+                    depth += 1
+                    continue
+                depth -= 1
+                if depth == 1 and elem.tag == "gpu":
+                    if not program.gpus:
+                        mark = len(self.findings)  # the findings about <algo>'s own children go before
+                    program.gpus.append(self.gpu(elem, plain_get))
+                    elem.clear(keep_tail=True)
         except etree.XMLSyntaxError as e:
             self.fail(f"not well-formed XML: {e.msg}", getattr(e, "lineno", None))
-        if root.tag != "algo":
-            self.fail(f"the root element is <{root.tag}>, not <algo>: not an MSCCL algorithm", root.sourceline)
+        if root is None:
+            self.fail("not well-formed XML: no element")
         if root.tail and not root.tail.isspace():
             self.add("format-text", "text after </algo>", line=root.sourceline)
+        after = self.findings[mark:] if program.gpus else []
+        del self.findings[len(self.findings) - len(after):]
+        self.children(root, "gpu", (None, None, None))     # stray elements and text between the gpus
+        self.findings += after
+        return program
 
+    def algo(self, root) -> Program:
+        """The Program's ``<algo>`` attributes (its gpus come as they are read)."""
+        if root.tag != "algo":
+            self.fail(f"the root element is <{root.tag}>, not <algo>: not an MSCCL algorithm", root.sourceline)
         ints = {ALGO_FIELDS.get(key, key): self.integer(root, key)
                 for key in ("nchannels", "nchunksperloop", "ngpus", "inplace", "outofplace", "minBytes", "maxBytes")}
         extra = {k: v for k, v in root.items() if k not in ALGO_ATTRS}
-        program = Program(name=root.get("name"), coll=root.get("coll"), proto=root.get("proto"),
-                          gpus=[], extra=extra, **ints)
-        plain_get = self.plain.get
-        for g in self.children(root, "gpu", (None, None, None)):
-            gid = self.integer(g, "id")
+        return Program(name=root.get("name"), coll=root.get("coll"), proto=root.get("proto"),
+                       gpus=[], extra=extra, **ints)
+
+    def gpu(self, g, plain_get) -> Gpu:
+        gid = self.integer(g, "id")
+        where = (gid, None, None)
+        self.unknown_attrs(g, _GPU_SET, where)
+        gpu = Gpu(gid, *(self.integer(g, key, where) for key in GPU_ATTRS[1:]), tbs=[], line=g.sourceline)
+        for t in self.children(g, "tb", where):
+            tid = self.integer(t, "id", where)
+            where = (gid, tid, None)
+            self.unknown_attrs(t, _TB_SET, where)
+            tb = Threadblock(tid, *(self.integer(t, key, where) for key in TB_ATTRS[1:]), steps=[],
+                             line=t.sourceline)
+            for position, s in enumerate(self.children(t, "step", where)):
+                keys = s.keys()
+                if keys == _STEP_KEYS:                 # the usual order: read the values positionally
+                    raws = s.values()
+                else:
+                    attrs = dict(zip(keys, s.values()))
+                    self.unknown_attrs(s, _STEP_SET, (gid, tid, position), keys)
+                    raws = [attrs.get(key) for key in STEP_ATTRS]
+                values = list(map(plain_get, raws))      # known integers in one C-level pass
+                for i in _STEP_STRING_POS:
+                    values[i] = raws[i]
+                if None in values:                          # absent, or not yet seen
+                    for i, raw in enumerate(raws):
+                        if values[i] is None and raw is not None:
+                            values[i] = self.integer(s, STEP_ATTRS[i], (gid, tid, position), raw)
+                tb.steps.append(Step(*values, line=s.sourceline))
+            gpu.tbs.append(tb)
             where = (gid, None, None)
-            self.unknown_attrs(g, _GPU_SET, where)
-            gpu = Gpu(gid, *(self.integer(g, key, where) for key in GPU_ATTRS[1:]), tbs=[], line=g.sourceline)
-            for t in self.children(g, "tb", where):
-                tid = self.integer(t, "id", where)
-                where = (gid, tid, None)
-                self.unknown_attrs(t, _TB_SET, where)
-                tb = Threadblock(tid, *(self.integer(t, key, where) for key in TB_ATTRS[1:]), steps=[],
-                                 line=t.sourceline)
-                for position, s in enumerate(self.children(t, "step", where)):
-                    keys = s.keys()
-                    if keys == _STEP_KEYS:                 # the usual order: read the values positionally
-                        raws = s.values()
-                    else:
-                        attrs = dict(zip(keys, s.values()))
-                        self.unknown_attrs(s, _STEP_SET, (gid, tid, position), keys)
-                        raws = [attrs.get(key) for key in STEP_ATTRS]
-                    values = list(map(plain_get, raws))      # known integers in one C-level pass
-                    for i in _STEP_STRING_POS:
-                        values[i] = raws[i]
-                    if None in values:                          # absent, or not yet seen
-                        for i, raw in enumerate(raws):
-                            if values[i] is None and raw is not None:
-                                values[i] = self.integer(s, STEP_ATTRS[i], (gid, tid, position), raw)
-                    tb.steps.append(Step(*values, line=s.sourceline))
-                gpu.tbs.append(tb)
-                where = (gid, None, None)
-            program.gpus.append(gpu)
-        return program
+        return gpu
 
 
 def _loader_attr_count(tag: str) -> int | None:
