@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -215,6 +215,8 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
                 f"try fewer --rings, --instances or --chunks"
                 + ("" if target.name == "old" else ", or --target old")) from None
         tbs, bad = _threadblocks(instrs, options.shape)
+        # a rank's threadblocks: splitting a fusion never merges two (one per peer and direction on a channel)
+        _check_tbs(schedule, max(Counter(tb.rank for tb in tbs).values(), default=0), limit_tbs, options, target)
         longest = max((len(tb.instrs) for tb in tbs), default=0)
         if longest > target.max_steps:   # splitting fusions and adding nops only lengthen threadblocks
             return None, (f"{schedule.method} {schedule.collective.kind}: needs at least {longest} steps in "
@@ -230,14 +232,8 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
             raise AssertionError("lowering could not resolve a fusion conflict")
         no_fuse |= bad
     program = _assemble(schedule, tbs, options, target, scratch, reps)
-    steps, tbmax = program.max_steps(), program.max_tbs()
-    if tbmax > limit_tbs:
-        what = f"the GPU's {options.sms} SMs" if options.sms and options.sms < target.max_tbs \
-            else f"--max-threadblocks {target.tbs_budget}" if target.tbs_budget == target.max_tbs \
-            else f"the target's {target.max_tbs}"
-        raise LimitError(f"{schedule.method} {schedule.collective.kind}: needs {tbmax} threadblocks "
-                         f"per GPU, more than {what} (threadblocks must all be resident); try fewer "
-                         f"--instances or --chunks, or another --method")
+    steps = program.max_steps()
+    _check_tbs(schedule, program.max_tbs(), limit_tbs, options, target)
     per_chan = _max_tbs_per_channel(program)
     if target.max_tbs_per_channel and per_chan > target.max_tbs_per_channel:
         raise LimitError(f"{schedule.method} {schedule.collective.kind}: needs {per_chan} threadblocks "
@@ -286,6 +282,16 @@ def _images(all_ops: list[Op], ops: list[Op], coll: Collective, reps: int, slice
                 raise _Asymmetric(f"{op.describe()} has no image received by ranks 0..{reps - 1}")
             out[id(ops[i])] = ops[found[0]]
     return out
+
+
+def _check_tbs(schedule: Schedule, tbmax: int, limit_tbs: int, options: LowerOptions, target: Target) -> None:
+    if tbmax > limit_tbs:
+        what = f"the GPU's {options.sms} SMs" if options.sms and options.sms < target.max_tbs \
+            else f"--max-threadblocks {target.tbs_budget}" if target.tbs_budget == target.max_tbs \
+            else f"the target's {target.max_tbs}"
+        raise LimitError(f"{schedule.method} {schedule.collective.kind}: needs {tbmax} threadblocks "
+                         f"per GPU, more than {what} (threadblocks must all be resident); try fewer "
+                         f"--instances or --chunks, or another --method")
 
 
 def _step_segment(step: int, nseg: int, nsteps: int) -> int:

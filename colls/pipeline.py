@@ -412,6 +412,8 @@ def _compile_method(topology, collective, method, target, instances, proto, min_
                     mode=mode, progress=progress, in_memory=in_memory, prove=prove)
     if method == "ring" and "rings" not in options and collective.kind != "alltoall":
         return _compile_ring(topology, collective, tgt, options, settings)
+    if method == "hier" and "unit" not in options:
+        return _compile_hier(topology, collective, tgt, options, settings)
     if method != "trees" or "trees_per_gpu" in options:
         return _compile_once(topology, collective, method, tgt, options, **settings)
     from colls.synth import trees
@@ -491,6 +493,28 @@ def _compile_ring(topology, collective, tgt, options, settings) -> Compiled:
             result.facts["limited_by"] = (f"{refused[0][0]} rings would not fit {tgt.name}: "
                                           f"{refused[0][1]}")
             result.facts["rings_tried"] = [r for r, _ in refused] + [seen["rings"]]
+        return result
+
+
+def _compile_hier(topology, collective, tgt, options, settings) -> Compiled:
+    """hier passes one chunk on per rail op by default (a relay forwards each chunk as soon as it has it);
+    where its threadblocks exceed the target's (RCCL's 64 on 64 x MI250: 69 for the allreduce), twice as many,
+    and so on up to a step's count (fewer steps: fewer step segments, channels and threadblocks)."""
+    refused: list = []
+    unit = 1
+    while True:
+        try:
+            result = _compile_once(topology, collective, "hier", tgt, dict(options, unit=unit), **settings)
+        except LimitError as e:
+            if "threadblocks per GPU" not in str(e) or 2 * unit >= tgt.max_cnt:
+                raise
+            refused.append((unit, str(e)))
+            unit *= 2
+            continue
+        if refused:
+            why = refused[-1][1].split(": ", 1)[-1].split(" (")[0]
+            result.facts["limited_by"] = result.facts["count_note"] = (
+                f"{unit} chunks per rail op, not 1: with {refused[-1][0]} it {why}")
         return result
 
 

@@ -213,3 +213,31 @@ def test_every_node_runs_node_0s_program_relabelled(profile, nodes, kind):
         assert _program_seen_from(p, gid, shift, bufs) == _program_seen_from(p, (gid + shift) % topo.ngpus, 0, bufs)
     # so lowering ranks 0..shift-1 and relabelling them for the others makes the very same program
     assert lower.lower_by_symmetry(schedule, get_target("exe"), options) == p
+
+
+def test_more_chunks_per_rail_op_where_the_threadblocks_do_not_fit(monkeypatch):
+    """64 x MI250's allreduce needs 69 threadblocks with one chunk per rail op (and two), more than RCCL's
+    64; four make fewer steps, segments and channels, and 62 threadblocks. The pipeline doubles the unit
+    while the threadblocks are what the target refuses, and says so; any other refusal stands."""
+    from colls import pipeline
+    from colls.errors import LimitError
+    real = pipeline._compile_once
+    tried = []
+
+    def once(topology, collective, method, tgt, options, **kw):
+        tried.append(options["unit"])
+        if options["unit"] < 4:
+            raise LimitError("hier allreduce: needs 69 threadblocks per GPU, more than the target's 64 "
+                             "(threadblocks must all be resident); try fewer --instances")
+        return real(topology, collective, method, tgt, options, **kw)
+    monkeypatch.setattr(pipeline, "_compile_once", once)
+    topo = machine("dgx-a100", 2)
+    made = pipeline.compile_schedule(topo, Collective("allreduce", topo.ngpus), "hier", in_memory=True)
+    assert tried == [1, 2, 4] and made.report.ok
+    assert "4 chunks per rail op, not 1: with 2 it needs 69 threadblocks per GPU" in made.summary()
+
+    def steps(topology, collective, method, tgt, options, **kw):
+        raise LimitError("hier allreduce: needs 99 steps in one threadblock")
+    monkeypatch.setattr(pipeline, "_compile_once", steps)
+    with pytest.raises(LimitError, match="99 steps"):
+        pipeline.compile_schedule(topo, Collective("allreduce", topo.ngpus), "hier", in_memory=True)
