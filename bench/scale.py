@@ -1,5 +1,6 @@
 """Scale sweep: every method and collective on 1 to 16 nodes of DGX A100 and MI250, then the hierarchical
-method's allgather, reducescatter and allreduce on 1,024 GPUs (128 x DGX A100, 64 x MI250), one subprocess each.
+method's allgather, reducescatter and allreduce on 1,024 GPUs (128 x DGX A100, 64 x MI250; the MI250 ones again
+for RCCL, its runtime), one subprocess each.
 
 Run with ``make bench`` (or ``python bench/scale.py [--profiles dgx-a100,mi250] [--nodes 1,2,4,8,16]
 [--methods ...] [--kinds ...] [--timeout S] [--no-large]``). Each case runs the whole pipeline (precheck, synthesize,
@@ -28,6 +29,7 @@ NODES = (1, 2, 4, 8, 16)
 METHODS = ("ring", "direct", "trees", "hier")
 # 1,024 GPUs: the method whose steps grow with the nodes over the GPUs per node, on the collectives it makes
 LARGE = (("dgx-a100", 128), ("mi250", 64))
+LARGE_OWN_RUNTIME = (("mi250", 64, "rccl"),)   # the 1,024-GPU cases again under the machine's own runtime
 LARGE_METHODS = ("hier",)
 LARGE_KINDS = ("allgather", "reducescatter", "allreduce")
 KINDS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce")
@@ -74,7 +76,7 @@ def run_case(profile: str, nodes: int, method: str, kind: str, target: str, time
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _row(profile, nodes, method, kind, r) -> str:
+def _row(profile, nodes, method, kind, r, target=None) -> str:
     what = r["outcome"]
     if what == "file":
         pct = "" if r.get("percent") is None else f", {r['percent']}% of optimum"
@@ -82,7 +84,8 @@ def _row(profile, nodes, method, kind, r) -> str:
     elif r.get("message"):
         what += ": " + r["message"].replace("|", "/")
     mem = r.get("maxrss_mb", "")
-    return (f"| {profile} x{nodes} | {r.get('gpus', '')} | {method} | {kind} | {r['seconds']} | {mem} | "
+    where = f"{profile} x{nodes}" + (f" ({target})" if target else "")
+    return (f"| {where} | {r.get('gpus', '')} | {method} | {kind} | {r['seconds']} | {mem} | "
             f"{what} |")
 
 
@@ -111,20 +114,23 @@ def main() -> None:
         + ", ".join(f"{k} {v}" for k, v in sorted(m["versions"].items()) if v) + f"; {m['date']}.", "",
         "Seconds: the whole pipeline after loading the profile (precheck, synthesis, the schedule's check, "
         "lowering, emit, verification). Memory: the case's peak resident set (ru_maxrss). A case either "
-        "writes a file that verifies or is refused with the limit it would break.", "",
+        "writes a file that verifies or is refused with the limit it would break. A machine marked (rccl) "
+        "is made for that target instead.", "",
         "| machine | GPUs | method | collective | seconds | peak MB | outcome |",
         "|---|---|---|---|---|---|---|",
     ]
     slow = []
-    cases = [(profile, nodes, method, kind) for profile in args.profiles.split(",")
+    cases = [(profile, nodes, method, kind, None) for profile in args.profiles.split(",")
              for nodes in map(int, args.nodes.split(",")) for method in args.methods.split(",")
              for kind in args.kinds.split(",")]
     if not args.no_large:
-        cases += [(profile, nodes, method, kind) for profile, nodes in LARGE for method in LARGE_METHODS
+        cases += [(profile, nodes, method, kind, None) for profile, nodes in LARGE for method in LARGE_METHODS
                   for kind in LARGE_KINDS]
-    for profile, nodes, method, kind in cases:
-        r = run_case(profile, nodes, method, kind, args.target, args.timeout)
-        lines.append(_row(profile, nodes, method, kind, r))
+        cases += [(profile, nodes, method, kind, target) for profile, nodes, target in LARGE_OWN_RUNTIME
+                  for method in LARGE_METHODS for kind in LARGE_KINDS if target != args.target]
+    for profile, nodes, method, kind, target in cases:
+        r = run_case(profile, nodes, method, kind, target or args.target, args.timeout)
+        lines.append(_row(profile, nodes, method, kind, r, target))
         print(lines[-1], flush=True)
         if r["seconds"] > LIMIT_SECONDS or r["outcome"] in ("crash",) or r["outcome"].startswith("timeout"):
             slow.append(lines[-1])
