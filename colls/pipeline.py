@@ -226,8 +226,8 @@ def _hint(collective: Collective, tgt: Target, instances: int, steps: int, sms: 
 def check_rank_limits(collective: Collective, method: str, tgt: Target, instances: int = 1,
                       options: dict | None = None, where: str | None = None, sms: int | None = None,
                       least: int = 0) -> int:
-    """The limits that depend only on the number of ranks (offsets, XML elements per rank), checked
-    before the machine is even built; returns the least number of steps a rank needs (``least``: a bound
+    """The limits that depend only on the number of ranks (offsets, XML elements per rank, ``<gpu>``
+    elements under ``<algo>``), checked before the machine is even built; returns the least number of steps a rank needs (``least``: a bound
     the method knows from the machine, when larger)."""
     n = collective.nranks
     where = where or f"{n} ranks"
@@ -246,6 +246,13 @@ def check_rank_limits(collective: Collective, method: str, tgt: Target, instance
                 f"{elements} XML elements (1 algo + {n} gpu elements + at least {max(1, tbs)} "
                 f"threadblocks and {steps} steps of its own); {tgt.name} stops at {tgt.max_elements} "
                 f"(MSCCL_MAX_NODES); try {_hint(collective, tgt, instances, steps, sms)}")
+    if tgt.max_children is not None and n > tgt.max_children:
+        # msccl_parser.h: struct mscclXmlNode holds subs[MSCCL_MAX_SUBS], MSCCL_MAX_SUBS = 1024, and the
+        # parser adds children without a check: an <algo> of more <gpu> elements overruns it
+        raise LimitError(f"{method} {collective.kind} on {where}: a file of {n} GPUs has {n} <gpu> elements under "
+                         f"<algo>; {tgt.name}'s loader holds at most {tgt.max_children} children per element "
+                         f"(MSCCL_MAX_SUBS), so one file serves at most {tgt.max_children} GPUs; try fewer "
+                         "--nodes")
     if steps > tgt.max_steps * tgt.max_tbs:       # whatever the GPU: check_limits refines with its SMs
         raise LimitError(f"{method} {collective.kind} on {where}: a rank needs at least {steps} steps, more "
                          f"than {tgt.max_tbs} threadblocks of {tgt.max_steps} steps hold ({tgt.name}); try "

@@ -49,6 +49,19 @@ def test_precheck_refuses_too_many_ranks_in_milliseconds():
     assert time.perf_counter() - t0 < 1.0  # a precheck, not a synthesis (generous for slow CI)
 
 
+def test_a_file_of_more_gpus_than_the_loaders_children_per_element_is_refused_up_front():
+    """The loader keeps an element's children in subs[MSCCL_MAX_SUBS = 1024] (msccl_parser.h) without a check:
+    129 x dgx-a100 (1,032 GPUs) would overrun <algo>'s; refused before anything is made, 1,024 GPUs are not."""
+    topo = hardware.load_topology("dgx-a100", nodes=129)
+    t0 = time.perf_counter()
+    with pytest.raises(LimitError, match="at most 1024 children per element"):
+        pipeline.compile_schedule(topo, Collective("allgather", topo.ngpus), "hier")
+    assert time.perf_counter() - t0 < 5.0
+    pipeline.check_limits(topo, Collective("allgather", topo.ngpus), "hier", TARGETS["old"])   # no such limit
+    big = hardware.load_topology("dgx-a100", nodes=128)
+    pipeline.check_limits(big, Collective("allgather", big.ngpus), "hier", TARGETS["exe"])
+
+
 def test_precheck_refuses_chunk_factors_whose_offsets_overflow_int16():
     topo = hardware.load_topology("dgx-a100", nodes=1)
     with pytest.raises(LimitError, match="int16"):
