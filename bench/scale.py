@@ -112,8 +112,8 @@ def main() -> None:
         f"`make bench` (bench/scale.py), target {args.target}, one subprocess per case, on {m['cpu']} "
         f"({m['cores']} cores), Python {m['python']}, {m['platform']}; "
         + ", ".join(f"{k} {v}" for k, v in sorted(m["versions"].items()) if v) + f"; {m['date']}.", "",
-        "Seconds: the whole pipeline after loading the profile (precheck, synthesis, the schedule's check, "
-        "lowering, emit, verification). Memory: the case's peak resident set (ru_maxrss). A case either "
+        "Seconds: the whole pipeline after loading the profile (precheck, synthesis, lowering, emit, "
+        "verification; the schedule's own check only where the file's proof fails). Memory: the case's peak resident set (ru_maxrss). A case either "
         "writes a file that verifies or is refused with the limit it would break. A machine marked (rccl) "
         "is made for that target instead.", "",
         "| machine | GPUs | method | collective | seconds | peak MB | outcome |",
