@@ -215,8 +215,12 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
                 f"try fewer --rings, --instances or --chunks"
                 + ("" if target.name == "old" else ", or --target old")) from None
         tbs, bad = _threadblocks(instrs, options.shape)
-        # a rank's threadblocks: splitting a fusion never merges two (one per peer and direction on a channel)
+        # a rank's threadblocks, and those with a send (receive) peer on one channel: splitting a fusion never
+        # merges two (one per peer and direction on a channel), so they are refused as soon as they are laid out
         _check_tbs(schedule, max(Counter(tb.rank for tb in tbs).values(), default=0), limit_tbs, options, target)
+        _check_per_channel(schedule, max(Counter((tb.rank, tb.chan, d) for tb in tbs for d, peer in
+                                                 (("s", tb.send), ("r", tb.recv)) if peer >= 0).values(),
+                                         default=0), target)
         longest = max((len(tb.instrs) for tb in tbs), default=0)
         if longest > target.max_steps:   # splitting fusions and adding nops only lengthen threadblocks
             return None, (f"{schedule.method} {schedule.collective.kind}: needs at least {longest} steps in "
@@ -234,12 +238,7 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
     program = _assemble(schedule, tbs, options, target, scratch, reps)
     steps = program.max_steps()
     _check_tbs(schedule, program.max_tbs(), limit_tbs, options, target)
-    per_chan = _max_tbs_per_channel(program)
-    if target.max_tbs_per_channel and per_chan > target.max_tbs_per_channel:
-        raise LimitError(f"{schedule.method} {schedule.collective.kind}: needs {per_chan} threadblocks "
-                         f"with a peer on one channel; {target.name} allows "
-                         f"{target.max_tbs_per_channel}; try fewer --instances or --chunks, or "
-                         f"another --method")
+    _check_per_channel(schedule, _max_tbs_per_channel(program), target)
     if steps > target.max_steps:
         return None, (f"{schedule.method} {schedule.collective.kind}: needs {steps} steps in one "
                       f"threadblock; {target.name} allows {target.max_steps}"), []
@@ -292,6 +291,14 @@ def _check_tbs(schedule: Schedule, tbmax: int, limit_tbs: int, options: LowerOpt
         raise LimitError(f"{schedule.method} {schedule.collective.kind}: needs {tbmax} threadblocks "
                          f"per GPU, more than {what} (threadblocks must all be resident); try fewer "
                          f"--instances or --chunks, or another --method")
+
+
+def _check_per_channel(schedule: Schedule, per_chan: int, target: Target) -> None:
+    if target.max_tbs_per_channel and per_chan > target.max_tbs_per_channel:
+        raise LimitError(f"{schedule.method} {schedule.collective.kind}: needs {per_chan} threadblocks "
+                         f"with a peer on one channel; {target.name} allows "
+                         f"{target.max_tbs_per_channel}; try fewer --instances or --chunks, or "
+                         f"another --method")
 
 
 def _step_segment(step: int, nseg: int, nsteps: int) -> int:
