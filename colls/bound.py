@@ -905,10 +905,13 @@ class RuntimeOptimum:
 
 
 def runtime_optimum(topo: Topology, kind: str, target: str = "exe", root: int = 0,
-                    launch: str | None = None) -> RuntimeOptimum:
-    """The :class:`RuntimeOptimum` of ``kind`` on ``topo`` for files the runtime of ``target`` runs."""
+                    launch: str | None = None, link_optimum: Bound | None = None) -> RuntimeOptimum:
+    """The :class:`RuntimeOptimum` of ``kind`` on ``topo`` for files the runtime of ``target`` runs.
+    ``link_optimum``: ``bound(topo, kind, root=root)`` where the caller has it; it is the links as the runtime
+    reaches them when no link class has an efficiency below 1 (else it is computed for those)."""
     tgt = get_target(target)
-    links = bound(topo.effective(), kind, root=root)
+    reached = topo.effective()
+    links = link_optimum if link_optimum is not None and reached is topo else bound(reached, kind, root=root)
     gpu = topo.gpu_model()
     models = []
     for proto in DATA_FRACTION:

@@ -594,7 +594,7 @@ def bound_cmd(hardware, nodes, collective, size, root, trees, target, as_json):
         raise CollsError(f"must be > 0, got {size}", key="--size")
     _check_root(root, topo)
     b = bound.bound(topo, collective, root=root)
-    runtime = bound.runtime_optimum(topo, collective, target, root=root)
+    runtime = bound.runtime_optimum(topo, collective, target, root=root, link_optimum=b)
     sizes = [size] if size is not None else list(SUMMARY_SIZES)
     data = dict(b.to_dict(size), without=list(topo.meta.get("without", [])), runtime_optimum=runtime.to_dict(sizes))
     if trees:
