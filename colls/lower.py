@@ -136,12 +136,13 @@ def lower_by_symmetry(schedule: Schedule, target: Target, options: LowerOptions 
 
 def _lower_all(schedule: Schedule, target: Target, options: LowerOptions, sym: tuple | None = None) -> Program:
     """:func:`lower`; with ``sym = (d, slices)`` (:meth:`Schedule.rotation`), the program of ranks ``0..d-1``
-    only (:func:`lower_by_symmetry`)."""
+    only (:func:`lower_by_symmetry`; ``_lower_once`` gets it with the ops' images, :func:`_images`)."""
     # Within a step, local ops go last: a rank's first sends then never wait for its own copies.
     all_ops = _split_counts(schedule.execution_order(), target.max_cnt - 1)
     lanes = sorted({op.lane for op in all_ops})
     if sym is not None:
         all_ops = [op for op in all_ops if op.src < sym[0] or op.dst < sym[0]]
+        sym = sym + (_images(all_ops, schedule.collective, *sym),)
     nsteps = max(1, schedule.nsteps)
     limit_tbs = min(target.max_tbs, options.sms) if options.sms else target.max_tbs
     last_error = None
@@ -186,11 +187,19 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
         at = cuts.get((op.src, op.dst, lane_chan[op.lane] + seg))
         return seg, (bisect.bisect_right(at, step) if at else 0)
 
+    def chan_before(op: Op) -> int:     # an op's channel, known before the segments' stores are added
+        seg, part = seg_of(op, op.step)
+        return lane_chan[op.lane] + seg + part * width
+
+    least = _least_steps(all_ops, chan_before)  # the stores only add steps: too many already, none will fit
+    if least > target.max_steps:
+        return None, (f"{schedule.method} {schedule.collective.kind}: needs at least {least} steps "
+                      f"in one threadblock; {target.name} allows {target.max_steps}"), []
     ops, segs, scratch = _segment(all_ops, schedule.scratch, seg_of)
     keys = {id(op): (op.step, i) for i, op in enumerate(ops)}
     # by symmetry: each op received outside ranks 0..d-1 -> its image received inside (the quotient's edges)
     reps = None if sym is None else sym[0]
-    image = None if sym is None else _images(all_ops, ops, schedule.collective, *sym)
+    image = None if sym is None else {id(ops[i]): ops[j] for i, j in sym[2].items()}
 
     def chan_of(op: Op) -> int:
         seg, part = segs[id(op)]
@@ -252,11 +261,11 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
     return program, None, []
 
 
-def _images(all_ops: list[Op], ops: list[Op], coll: Collective, reps: int, slices: dict) -> dict:
-    """id(op) -> its image received by one of ranks ``0..reps-1``, for each op of ``ops`` (``all_ops`` after
-    :func:`_segment`, index for index) received by another rank: the op rotated by a multiple of ``reps``
-    ranks, found among the ops by their fields before segmenting (segmenting moves a cut chain's slots
-    rank by rank, and in-flight numbers are not compared, as :meth:`Schedule.rotation` does not)."""
+def _images(all_ops: list[Op], coll: Collective, reps: int, slices: dict) -> dict:
+    """Index of an op of ``all_ops`` received outside ranks ``0..reps-1`` -> index of its image received
+    inside: the op rotated by a multiple of ``reps`` ranks, found by the ops' fields before segmenting (the
+    segmented ops keep the indices; segmenting moves a cut chain's slots rank by rank, and in-flight numbers
+    are not compared, as :meth:`Schedule.rotation` does not)."""
     n = coll.nranks
     sizes = {"i": coll.in_chunks, "o": coll.out_chunks}
 
@@ -279,7 +288,7 @@ def _images(all_ops: list[Op], ops: list[Op], coll: Collective, reps: int, slice
             found = inside.get(key(op, op.dst - op.dst % reps))
             if not found:
                 raise _Asymmetric(f"{op.describe()} has no image received by ranks 0..{reps - 1}")
-            out[id(ops[i])] = ops[found[0]]
+            out[i] = found[0]
     return out
 
 
