@@ -244,10 +244,8 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
         if bad <= no_fuse:
             raise AssertionError("lowering could not resolve a fusion conflict")
         no_fuse |= bad
-    program = _assemble(schedule, tbs, options, target, scratch, reps)
+    program = _assemble(schedule, tbs, options, target, scratch, reps)  # one Threadblock per _Tb: checked above
     steps = program.max_steps()
-    _check_tbs(schedule, program.max_tbs(), limit_tbs, options, target)
-    _check_per_channel(schedule, _max_tbs_per_channel(program), target)
     if steps > target.max_steps:
         return None, (f"{schedule.method} {schedule.collective.kind}: needs {steps} steps in one "
                       f"threadblock; {target.name} allows {target.max_steps}"), []
@@ -268,24 +266,14 @@ def _images(all_ops: list[Op], coll: Collective, reps: int, slices: dict) -> dic
     are not compared, as :meth:`Schedule.rotation` does not)."""
     n = coll.nranks
     sizes = {"i": coll.in_chunks, "o": coll.out_chunks}
-
-    def key(op, k):
-        def off(buf, j):
-            if buf == TRANSIENT:
-                return -1
-            t = slices.get(buf)
-            return (j - k * t) % sizes[buf] if t else j
-        red = () if op.reduce is None else (op.reduce[0], off(*op.reduce))
-        return (op.step, (op.src - k) % n, (op.dst - k) % n, op.src_buf, off(op.src_buf, op.src_index),
-                op.dst_buf, off(op.dst_buf, op.dst_index), op.count, red, op.lane)
     inside = {}
     for i, op in enumerate(all_ops):
         if op.dst < reps and not op.local:
-            inside.setdefault(key(op, 0), []).append(i)
+            inside.setdefault(op.seen_from(0, slices, sizes, n), []).append(i)
     out = {}
     for i, op in enumerate(all_ops):
         if op.dst >= reps and not op.local:
-            found = inside.get(key(op, op.dst - op.dst % reps))
+            found = inside.get(op.seen_from(op.dst - op.dst % reps, slices, sizes, n))
             if not found:
                 raise _Asymmetric(f"{op.describe()} has no image received by ranks 0..{reps - 1}")
             out[i] = found[0]
@@ -825,16 +813,3 @@ def _step(ins: _Instr, s: int) -> Step:
         return Step(s, kind, op.dst_buf, op.dst_index, op.dst_buf, op.dst_index, op.count, -1, -1, 0)
     op = ins.send
     return Step(s, "s", op.src_buf, op.src_index, op.src_buf, op.src_index, op.count, -1, -1, 0)
-
-
-def _max_tbs_per_channel(program: Program) -> int:
-    worst = 0
-    for g in program.gpus:
-        sends, recvs = defaultdict(int), defaultdict(int)
-        for tb in g.tbs:
-            if tb.send >= 0:
-                sends[tb.chan] += 1
-            if tb.recv >= 0:
-                recvs[tb.chan] += 1
-        worst = max([worst, *sends.values(), *recvs.values()])
-    return worst

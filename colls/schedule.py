@@ -59,6 +59,20 @@ class Op:
         b, i = self.reduce
         return [(self.dst, b, i + k) for k in range(self.count)]
 
+    def seen_from(self, k: int, slices: dict, sizes: dict, n: int) -> tuple:
+        """This op's fields with the ranks moved ``k`` back (mod ``n``) and an offset into buffer ``b`` moved
+        ``k slices[b]`` back (mod ``sizes[b]``; scratch as it is; in-flight numbers as -1, see
+        :meth:`Schedule.rotation`): two ops are images of each other under rotation by ``k - k'`` ranks
+        exactly when ``a.seen_from(k)`` equals ``b.seen_from(k')``. Routes are left out."""
+        def off(buf, j):
+            if buf == TRANSIENT:
+                return -1   # an in-flight value is named by the two ops it joins, whatever its number
+            t = slices.get(buf)
+            return (j - k * t) % sizes[buf] if t else j
+        red = () if self.reduce is None else (self.reduce[0], off(*self.reduce))
+        return (self.step, (self.src - k) % n, (self.dst - k) % n, self.src_buf, off(self.src_buf, self.src_index),
+                self.dst_buf, off(self.dst_buf, self.dst_index), self.count, red, self.lane)
+
     def describe(self) -> str:
         what = "reduce" if self.reduce else "copy"
         return (f"step {self.step} lane {self.lane}: {what} {self.count} chunk(s) "
@@ -140,18 +154,9 @@ class Schedule:
             slices = {"i": ti, "o": to}
             per: list = [[] for _ in range(n)]
             for op in self.ops:
-                r = op.src
-                if not 0 <= r < n:
+                if not 0 <= op.src < n:
                     return None
-
-                def off(buf, j, r=r):
-                    if buf == TRANSIENT:
-                        return -1   # an in-flight value is named by the two ops it joins, whatever its number
-                    t = slices.get(buf)
-                    return (j - r * t) % sizes[buf] if t else j
-                red = () if op.reduce is None else (op.reduce[0], off(*op.reduce))
-                per[r].append((op.step, (op.dst - r) % n, op.src_buf, off(op.src_buf, op.src_index), op.dst_buf,
-                               off(op.dst_buf, op.dst_index), op.count, red, op.lane))
+                per[op.src].append(op.seen_from(op.src, slices, sizes, n))
             d = rotation_period([sorted(p) for p in per])
             if d < n:
                 return d, slices
