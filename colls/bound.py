@@ -280,7 +280,7 @@ def _min_ratio_cut(topo: Topology) -> tuple[Fraction, frozenset]:
     # Start: the best single-GPU cut (one GPU's egress over 1, or one GPU's ingress over N - 1).
     x = None  # in scaled units (bw x scale), a Fraction
     best_side = None
-    for r in net.gpus:
+    for r in node_representatives(topo):    # a GPU's cuts are its images' (the first minimal is one of these)
         one = net.mask([r])
         for side, k in ((one, 1), (everything & ~one, n - 1)):
             ratio = Fraction(net.out_cap(side), k)
@@ -348,7 +348,12 @@ def _gather_bound(topo: Topology, kind: str, latency: float) -> Bound:
 
 
 def _unbalanced_relays(topo: Topology) -> list:
-    """Non-GPU vertices whose total in- and out-bandwidth differ: (vertex, in, out), in vertex order."""
+    """Non-GPU vertices whose total in- and out-bandwidth differ: (vertex, in, out), in vertex order (computed
+    once per machine)."""
+    return topo.derived(("unbalanced_relays",), lambda: _find_unbalanced_relays(topo))
+
+
+def _find_unbalanced_relays(topo: Topology) -> list:
     g = topo.graph
     out = []
     for v in topo.vertices():
@@ -625,7 +630,7 @@ def alltoall_bound(topo: Topology) -> Bound:
     n = net.n
     everything = np.ones(net.nv, dtype=bool)
     candidates: list[np.ndarray] = []
-    for r in net.gpus:
+    for r in node_representatives(topo):    # a GPU's cuts are its images' (the first minimal is one of these)
         one = net.mask([r])
         candidates += [one, everything & ~one]
     node_ids = sorted({topo.node_of(r) for r in net.gpus}, key=lambda v: (v is None, v))
@@ -726,51 +731,16 @@ def latency_bound_us(topo: Topology, collective_kind: str, root: int = 0) -> flo
 
 
 def node_representatives(topo: Topology) -> list:
-    """GPUs that stand for all: the first node's when turning the nodes round (node i's vertices to node
-    i + 1's, the last node's to the first's, vertices of no node kept) is an automorphism of the machine (every
-    link maps to a link with the same bandwidth, latency, class, count and efficiency), else every GPU.
+    """GPUs that stand for all: the first node's when turning the nodes round (:meth:`Topology.node_turn`) is
+    an automorphism of the machine, else every GPU.
 
     Such a map permutes the GPUs and keeps every distance and every capacity, so a GPU of node i is as far
     from the others (:func:`latency_bound_us`) and as good a max-flow sink (:func:`_min_ratio_cut`: the
-    source feeds every GPU alike) as its image in node 0; and the turns reach every node. The map pairs each
-    node's vertices by kind and by their order in the node (GPUs by rank, others by name without the node's
-    own prefix); it is checked on every link, so a machine whose nodes differ (a NIC taken out) falls back to
-    every GPU."""
-    g = topo.graph
-    per_node: dict = {}
-    for v, data in g.nodes(data=True):
-        node = data.get("node")
-        if node is not None:
-            per_node.setdefault(node, []).append(v)
-    nodes = sorted(per_node)
-    if len(nodes) < 2 or nodes != list(range(len(nodes))):
+    source feeds every GPU alike) as its image in node 0; and the turns reach every node."""
+    turn = topo.node_turn()
+    if turn is None:
         return list(topo.gpus)
-
-    def local(v, node):
-        name = str(v)
-        prefix = f"n{node}."
-        return (g.nodes[v]["kind"], 0 if isinstance(v, int) else 1,
-                v if isinstance(v, int) else (name[len(prefix):] if name.startswith(prefix) else name))
-
-    order = {}
-    for node in nodes:
-        members = sorted(per_node[node], key=lambda v: local(v, node))
-        if len(members) != len(per_node[0]):
-            return list(topo.gpus)
-        order[node] = members
-    turn = {}
-    for node in nodes:
-        nxt = (node + 1) % len(nodes)
-        for a, b in zip(order[node], order[nxt]):
-            if g.nodes[a]["kind"] != g.nodes[b]["kind"]:
-                return list(topo.gpus)
-            turn[a] = b
-    for u, v, data in g.edges(data=True):
-        if g.get_edge_data(turn.get(u, u), turn.get(v, v)) != data:
-            return list(topo.gpus)
-    if len(set(turn.values())) != len(turn):
-        return list(topo.gpus)
-    return [v for v in order[0] if g.nodes[v]["kind"] == GPU]
+    return [r for r in topo.gpus if topo.node_of(r) == 0]
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -97,6 +97,51 @@ class Topology:
     def node_of(self, v: Vertex) -> int | None:
         return self.graph.nodes[v].get("node")
 
+    def node_turn(self) -> dict | None:
+        """Turning the nodes round, node i's vertices to node i + 1's and the last node's to the first's
+        (vertices of no node stay), as ``vertex -> image`` for the vertices that move, when that is an
+        automorphism of the machine (every link maps to a link with the same bandwidth, latency, class, count
+        and efficiency); None when it is not or there is one node. The map pairs each node's vertices by kind
+        and by their order in the node (GPUs by rank, others by name without the node's own ``n<i>.``
+        prefix); it is checked on every link, so a machine whose nodes differ (a NIC taken out) has none.
+        Computed once (the graph does not change)."""
+        return self.derived(("node_turn",), self._node_turn)
+
+    def _node_turn(self) -> dict | None:
+        g = self.graph
+        per_node: dict = {}
+        for v, data in g.nodes(data=True):
+            node = data.get("node")
+            if node is not None:
+                per_node.setdefault(node, []).append(v)
+        nodes = sorted(per_node)
+        if len(nodes) < 2 or nodes != list(range(len(nodes))):
+            return None
+
+        def local(v, node):
+            name = str(v)
+            prefix = f"n{node}."
+            return (g.nodes[v]["kind"], 0 if isinstance(v, int) else 1,
+                    v if isinstance(v, int) else (name[len(prefix):] if name.startswith(prefix) else name))
+
+        order = {}
+        for node in nodes:
+            order[node] = sorted(per_node[node], key=lambda v: local(v, node))
+            if len(order[node]) != len(order[0]):
+                return None
+        turn = {}
+        for node in nodes:
+            for a, b in zip(order[node], order[(node + 1) % len(nodes)]):
+                if g.nodes[a]["kind"] != g.nodes[b]["kind"]:
+                    return None
+                turn[a] = b
+        if len(set(turn.values())) != len(turn):
+            return None
+        for u, v, data in g.edges(data=True):
+            if g.get_edge_data(turn.get(u, u), turn.get(v, v)) != data:
+                return None
+        return turn
+
     def label(self, v: Vertex) -> str:
         data = self.graph.nodes[v]
         return data.get("label") or (f"GPU {v}" if data["kind"] == GPU else str(v))
@@ -137,9 +182,16 @@ class Topology:
             yield u, v, self.graph.edges[u, v]
 
     def reversed(self) -> "Topology":
-        """The same machine with every link turned around (reduce-scatter is allgather on this)."""
-        return Topology(self.name + " (reversed)", self.graph.reverse(copy=True), self.nodes,
-                        self.gpus_per_node, dict(self.meta))
+        """The same machine with every link turned around (reduce-scatter is allgather on this); made once."""
+        return self.derived(("reversed",), self._reversed)
+
+    def _reversed(self) -> "Topology":
+        g = nx.DiGraph()
+        g.graph.update(self.graph.graph)
+        g.add_nodes_from((v, dict(d)) for v, d in self.graph.nodes(data=True))
+        # attribute values are numbers and strings: a copy of each link's dict is a copy of the link
+        g.add_edges_from((v, u, dict(d)) for u, v, d in self.graph.edges(data=True))
+        return Topology(self.name + " (reversed)", g, self.nodes, self.gpus_per_node, dict(self.meta))
 
     def effective(self) -> "Topology":
         """The machine as transfers a GPU starts see it: every link's bandwidth times its class's

@@ -351,3 +351,26 @@ def test_latency_bound_from_one_node_is_the_all_pairs_one(profile, nodes, withou
     assert latency_bound_us(topo, "allgather") == worst
     sources = node_representatives(topo)
     assert len(sources) == (len(topo.gpus) if without else len(topo.gpus) // nodes)
+
+
+@pytest.mark.parametrize("profile,nodes,without", [("ndv2", 3, None), ("dgx2", 2, None), ("dgx2", 2, "nic:1:0")])
+def test_balanced_rate_from_one_node_is_the_all_sinks_one(profile, nodes, without):
+    """The balanced graph's rate (a shared NIC's larger side scaled down) is tested on the first node's GPUs
+    only when turning the nodes round maps the balanced graph onto itself; it equals the rate with every GPU
+    as a sink, and a degraded machine tests every GPU."""
+    from colls.inputs.degrade import degrade
+    from colls.inputs.hardware import load_topology
+    from colls.bound import _unbalanced_relays
+    from colls.synth import splitting
+    topo = load_topology(profile, nodes)
+    if without:
+        topo = degrade(topo, without)
+    for directed in (topo, topo.reversed()):
+        sp = splitting.Splitter(directed)
+        assert _unbalanced_relays(directed)     # a lopsided relay is there, so the balanced rate was computed
+        turn = directed.node_turn()
+        assert (turn is None) == bool(without)
+        assert splitting._turn_sinks(directed, sp.base.cap, turn) == (
+            None if without else [r for r in directed.gpus if directed.node_of(r) == 0])
+        assert sp.target == splitting.rate(sp.base.cap, directed.gpus, upper=sp.optimum)
+        assert sp.optimum == splitting.rate(splitting._Work(directed).cap, directed.gpus)

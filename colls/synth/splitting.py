@@ -106,7 +106,8 @@ class _Graph:
         if vertices is not None:
             verts |= set(vertices)
         self.gpus = list(gpus)
-        self.vertices = list(gpus) + sorted((v for v in verts if v not in set(gpus)), key=vertex_key)
+        is_gpu = set(gpus)
+        self.vertices = list(gpus) + sorted((v for v in verts if v not in is_gpu), key=vertex_key)
         self.index = {v: i for i, v in enumerate(self.vertices)}
         keys = [(u, v) for (u, v), c in arcs.items() if c > 0]
         keys.sort(key=lambda e: (self.index[e[0]], self.index[e[1]]))
@@ -257,6 +258,19 @@ class _NotSymmetric(Exception):
     """A split in whole units was asked for and a vertex is not symmetric."""
 
 
+def _turn_sinks(topology: Topology, cap: dict, turn: dict | None) -> list | None:
+    """The first node's GPUs when ``turn`` (:meth:`Topology.node_turn`) maps the capacitated graph ``cap``
+    onto itself, else None (test every GPU). A map that keeps every capacity and the source's arcs (one per
+    GPU, all alike when unrooted) keeps every max-flow, so a GPU is as good a sink as its image, and the turns
+    reach every node from the first."""
+    if turn is None:
+        return None
+    for (u, v), c in cap.items():
+        if cap.get((turn.get(u, u), turn.get(v, v))) != c:
+            return None
+    return [r for r in topology.gpus if topology.node_of(r) == 0]
+
+
 class _Work:
     """Mutable capacitated graph with in/out adjacency and physical path provenance."""
 
@@ -266,8 +280,13 @@ class _Work:
         self.out: dict = defaultdict(set)
         self.inn: dict = defaultdict(set)
         self.paths: dict = {}
-        for u, v, d in topology.links():
-            self.add(u, v, Fraction(d["bw"]), frozenset({(u, v)}))
+        for u, v, d in topology.links():    # one link per pair: add()'s merging is not needed here
+            c = Fraction(d["bw"])
+            if c > 0:
+                self.cap[(u, v)] = c
+                self.out[u].add(v)
+                self.inn[v].add(u)
+                self.paths[(u, v)] = frozenset({(u, v)})
 
     def add(self, u, v, c: Fraction, paths) -> None:
         if c <= 0:
@@ -692,11 +711,14 @@ class Splitter:
         self.gpus = topology.gpus
         self.base = _Work(topology)
         self.order = _order(topology)
-        self.optimum = rate(self.base.cap, self.gpus, root) if optimum is None else optimum
+        turn = topology.node_turn() if root is None else None
+        self.optimum = (rate(self.base.cap, self.gpus, root, sinks=_turn_sinks(topology, self.base.cap, turn))
+                        if optimum is None else optimum)
         self.notes: list = []
         self.target = self.optimum
         if self.order and _balance(self.base, self.order):
-            self.target = rate(self.base.cap, self.gpus, root, upper=self.optimum)
+            self.target = rate(self.base.cap, self.gpus, root, upper=self.optimum,
+                               sinks=_turn_sinks(topology, self.base.cap, turn))
             if self.target < self.optimum:
                 self.notes.append(
                     f"switches or NICs with unequal in- and out-bandwidth (a NIC shared by GPUs): no "
