@@ -316,7 +316,7 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
             pipeline.check_rank_limits(Collective(collective, ngpus, chunks=chunks), method, get_target(target),
                                        instances or 1, options, where=f"{nodes} nodes of {excerpt(hardware)}")
         except CollsError as e:
-            raise type(e)(str(e), key="--nodes") from None
+            raise type(e)(e.reason, key="--nodes") from None
 
     topo = _load(hardware, nodes, precheck=precheck)
     root = root or 0

@@ -231,6 +231,7 @@ def check_rank_limits(collective: Collective, method: str, tgt: Target, instance
     the method knows from the machine, when larger)."""
     n = collective.nranks
     where = where or f"{n} ranks"
+    synth.check_size(method, collective, where)    # the method's own reach, before what the runtime loads
     steps = max(least, least_instructions(collective, method, instances, (options or {}).get("rings")))
     buffer = max(collective.in_chunks, collective.out_chunks) * instances
     if buffer - 1 - (tgt.max_cnt - 2) > MAX_OFFSET:  # the last chunk's step starts there

@@ -119,3 +119,36 @@ def test_progress_lines_go_to_the_callback_only_after_a_second():
     progress("verifying the file (1 KiB)")
     assert lines == ["verifying the file (1 KiB) (5 s so far)"]
     pipeline._Progress(None)("nothing to call")  # no callback: silent
+
+
+@pytest.mark.parametrize("method,kind,most", [("trees", "allgather", 256), ("trees", "broadcast", 256),
+                                              ("milp", "allreduce", 128), ("milp", "alltoall", 64)])
+def test_a_method_refuses_more_gpus_than_it_takes_on_before_the_machine_is_built(method, kind, most, tmp_path):
+    """trees packs a spanning tree a GPU at a time (a max-flow over the machine each) and milp's model has a
+    connection per pair of GPUs: beyond their measured reach (module constants) they are refused at once, naming
+    the reach and what makes files that large, for any count of nodes; at the reach the method's own synthesize
+    says nothing about size."""
+    import subprocess
+    import sys
+    from colls.synth import check_size, milp, trees
+    assert most == {"trees": trees.MAX_GPUS, "milp": milp.MAX_GPUS_ALLTOALL if kind == "alltoall"
+                    else milp.MAX_GPUS}[method]
+    check_size(method, Collective(kind, most), "here")
+    with pytest.raises(CollsError, match=f"{most + 1} GPUs is more than this method takes on \\({most}"):
+        check_size(method, Collective(kind, most + 1), "here")
+    out = tmp_path / "x.xml"
+    for nodes in (most // 8 + 1, 100_000):
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-c", "from colls.cli import main; main()", "synth", "--hardware",
+                               "dgx-a100", "--nodes", str(nodes), "--method", method, "--collective", kind,
+                               "-o", str(out)] + (["--root", "0"] if kind == "broadcast" else []),
+                              capture_output=True, text=True)
+        assert time.perf_counter() - t0 < 5.0    # the whole process, Python's start included
+        assert proc.returncode == 2, proc.stderr
+        assert f"{8 * nodes} GPUs is more than this method takes on" in proc.stderr
+        assert ("--method hier" if kind != "broadcast" and kind != "alltoall" else
+                "fewer --nodes" if kind == "alltoall" else "--method ring") in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists() and not proc.stdout
+    topo = hardware.load_topology("dgx-a100", nodes=most // 8 + 1)
+    with pytest.raises(CollsError, match="more than this method takes on"):
+        pipeline.check_limits(topo, Collective(kind, topo.ngpus), method, TARGETS["exe"])

@@ -14,6 +14,15 @@ def checked_route(topology, a: int, b: int, method: str, why: str) -> tuple:
     return route
 
 
+def larger_machine_hint(kind: str) -> str:
+    """What to try for ``kind`` where a method refuses a machine for its size."""
+    if kind in ("allgather", "reducescatter", "allreduce"):
+        return "--method hier (the node's trees joined along the rails)"
+    if kind == "alltoall":
+        return "fewer --nodes (every GPU's data goes to every other: each method's threadblocks grow with the GPUs)"
+    return "--method ring"
+
+
 def schedule_facts(schedule, topology) -> dict:
     """Bandwidth-model facts for ``Schedule.info``: algbw (GB/s), the busiest link and its class."""
     algbw, link = schedule.model_algbw(topology)

@@ -124,7 +124,7 @@ from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.schedule import Op, Schedule
 from colls.inputs.sketch import Sketch, derive_sketch, sketch_text, symmetry_permutation
-from colls.synth.common import schedule_facts
+from colls.synth.common import larger_machine_hint as _larger, schedule_facts
 from colls.synth.milp_model import Chunk, Connection, Problem, Settings, chunk_map, closure, solve
 from colls.topology import Topology
 
@@ -134,6 +134,13 @@ DEFAULT_BUFFER = 1 << 20       # bytes per rank when the profile holds no chunk 
 MIN_UNITS = 100                # the smallest link occupancy, in time units
 LANE_OPS = 64                  # transfers per GPU pair (both ways) and lane; the lowering splits longer ones
 MAX_LANES = 16
+# The most GPUs the method takes on, measured on the 2-core machine of bench/SCALE.md. The model has a candidate
+# connection for every pair of GPUs the sketch allows and a chunk per source (alltoall: per pair of GPUs): at
+# 256 GPUs (32 x dgx-a100) finding the connections alone takes 14 s and an allgather was refused after 272 s;
+# at 128 GPUs allgathers are answered in 4 to 20 s. Alltoall at 128 GPUs was refused after 137 to 142 s on
+# dgx-a100, mi250 and dgx-h100 (its relays need more threadblocks than the GPU has SMs); 64 GPUs take 93 s.
+MAX_GPUS = 128
+MAX_GPUS_ALLTOALL = 64
 
 
 def synthesize(topology: Topology, collective: Collective, *, sketch: Sketch | None = None,
@@ -164,6 +171,7 @@ def synthesize(topology: Topology, collective: Collective, *, sketch: Sketch | N
     if collective.kind not in KINDS:
         raise CollsError(f"{METHOD}: {collective.kind} is not made by this method yet (choose from "
                          f"{', '.join(KINDS)})", key="--collective")
+    check_size(collective, topology.name)
     _check_number(time_limit, "--time-limit", lower=0.0)
     _check_number(gap, "--gap", lower=0.0, upper=1.0)
     sketch = sketch if sketch is not None else derive_sketch(topology)
@@ -180,6 +188,16 @@ def synthesize(topology: Topology, collective: Collective, *, sketch: Sketch | N
     schedule = builder.build()
     schedule.info.update(schedule_facts(schedule, topology))
     return schedule
+
+
+def check_size(collective: Collective, where: str) -> None:
+    """Refuse more GPUs than :data:`MAX_GPUS` (alltoall: :data:`MAX_GPUS_ALLTOALL`): minutes, then a refusal."""
+    most = MAX_GPUS_ALLTOALL if collective.kind == "alltoall" else MAX_GPUS
+    if collective.nranks > most:
+        what = "a chunk for every pair of GPUs" if collective.kind == "alltoall" else "a chunk per GPU"
+        raise CollsError(f"{METHOD} {collective.kind} on {where}: {collective.nranks} GPUs is more than this "
+                         f"method takes on ({most}: its model has a connection per pair of GPUs and {what}, "
+                         f"minutes of solving beyond); try " + _larger(collective.kind), key="--method")
 
 
 def _check_number(value, key: str, lower: float, upper: float | None = None) -> None:

@@ -70,7 +70,7 @@ from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.schedule import Op, Schedule
 from colls.synth import packing, splitting
-from colls.synth.common import schedule_facts
+from colls.synth.common import larger_machine_hint as _larger, schedule_facts
 from colls.topology import Topology, rank_offset
 
 METHOD = "trees"
@@ -80,6 +80,12 @@ FREE_K = 64          # cap of the k search for unconstrained_report
 FREE_K_WHOLE = 4096  # ... beyond which the whole-multiple k is not tried
 MAX_LANES = 32       # the runtimes' channel limit
 _PLAN_CACHE_SIZE = 8
+# The most GPUs the method takes on. Packing grows each spanning tree a GPU at a time, one max-flow over the
+# whole split graph per GPU added, so the work grows faster than the square of the GPUs: on the 2-core machine
+# of bench/SCALE.md, 256 GPUs (32 x dgx-a100, 16 x mi250) are answered in 6 to 52 s, and one broadcast on
+# 512 GPUs (64 x dgx-a100) had no answer after 5 minutes. Beyond, hier (the node's trees joined along the
+# rails) and ring make the files.
+MAX_GPUS = 256
 
 KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
 
@@ -318,6 +324,15 @@ def k_candidates(topology: Topology, collective: Collective, max_k: int | None =
     return [k] + [j for j in reversed(front) if table[j] < table[k]]
 
 
+def check_size(collective: Collective, where: str) -> None:
+    """Refuse more GPUs than :data:`MAX_GPUS` (a machine of that size gets no answer in minutes)."""
+    if collective.nranks > MAX_GPUS:
+        raise CollsError(f"{METHOD} {collective.kind} on {where}: {collective.nranks} GPUs is more than this "
+                         f"method takes on ({MAX_GPUS}: its tree packing runs a max-flow over the whole machine "
+                         f"for every GPU of every tree, minutes beyond); try " + _larger(collective.kind),
+                         key="--method")
+
+
 def synthesize(topology: Topology, collective: Collective, trees_per_gpu: int | None = None,
                max_k: int | None = None, lanes: int | None = None, max_tbs: int | None = None,
                split_phases: bool = True, **options) -> Schedule:
@@ -349,6 +364,7 @@ def synthesize(topology: Topology, collective: Collective, trees_per_gpu: int | 
     if n != topology.ngpus:
         raise CollsError(f"{METHOD}: the collective has {n} ranks but {topology.name} has "
                          f"{topology.ngpus} GPUs")
+    check_size(collective, topology.name)
     for name, val in (("trees_per_gpu", trees_per_gpu), ("max_k", max_k), ("lanes", lanes),
                       ("max_tbs", max_tbs)):
         if val is not None and not (isinstance(val, int) and not isinstance(val, bool) and val >= 1):
