@@ -32,6 +32,7 @@ wheel-check: install
 bench: install
 	$(PY) bench/run.py
 	$(PY) bench/scale.py
+	$(PY) bench/refusals.py
 	$(PY) bench/calibrate.py
 	$(PY) bench/simulate.py
 	$(PY) bench/milp.py

@@ -231,7 +231,6 @@ def check_rank_limits(collective: Collective, method: str, tgt: Target, instance
     the method knows from the machine, when larger)."""
     n = collective.nranks
     where = where or f"{n} ranks"
-    synth.check_size(method, collective, where)    # the method's own reach, before what the runtime loads
     steps = max(least, least_instructions(collective, method, instances, (options or {}).get("rings")))
     buffer = max(collective.in_chunks, collective.out_chunks) * instances
     if buffer - 1 - (tgt.max_cnt - 2) > MAX_OFFSET:  # the last chunk's step starts there
@@ -258,6 +257,7 @@ def check_rank_limits(collective: Collective, method: str, tgt: Target, instance
         raise LimitError(f"{method} {collective.kind} on {where}: a rank needs at least {steps} steps, more "
                          f"than {tgt.max_tbs} threadblocks of {tgt.max_steps} steps hold ({tgt.name}); try "
                          f"{_hint(collective, tgt, instances, steps, sms)}")
+    synth.check_size(method, collective, where)    # within what the runtime loads, the method's own reach
     return steps
 
 

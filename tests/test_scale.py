@@ -126,8 +126,8 @@ def test_progress_lines_go_to_the_callback_only_after_a_second():
 def test_a_method_refuses_more_gpus_than_it_takes_on_before_the_machine_is_built(method, kind, most, tmp_path):
     """trees packs a spanning tree a GPU at a time (a max-flow over the machine each) and milp's model has a
     connection per pair of GPUs: beyond their measured reach (module constants) they are refused at once, naming
-    the reach and what makes files that large, for any count of nodes; at the reach the method's own synthesize
-    says nothing about size."""
+    the reach and what makes files that large (after what the runtime cannot load: 100,000 nodes name that);
+    at the reach the method's own synthesize says nothing about size."""
     import subprocess
     import sys
     from colls.synth import check_size, milp, trees
@@ -145,9 +145,10 @@ def test_a_method_refuses_more_gpus_than_it_takes_on_before_the_machine_is_built
                               capture_output=True, text=True)
         assert time.perf_counter() - t0 < 5.0    # the whole process, Python's start included
         assert proc.returncode == 2, proc.stderr
-        assert f"{8 * nodes} GPUs is more than this method takes on" in proc.stderr
-        assert ("--method hier" if kind != "broadcast" and kind != "alltoall" else
-                "fewer --nodes" if kind == "alltoall" else "--method ring") in proc.stderr
+        if nodes < 1000:        # beyond, what the runtime cannot load is named first
+            assert f"{8 * nodes} GPUs is more than this method takes on" in proc.stderr
+            assert ("--method hier" if kind != "broadcast" and kind != "alltoall" else
+                    "fewer --nodes" if kind == "alltoall" else "--method ring") in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists() and not proc.stdout
     topo = hardware.load_topology("dgx-a100", nodes=most // 8 + 1)
     with pytest.raises(CollsError, match="more than this method takes on"):

@@ -1,0 +1,137 @@
+"""Answers at any size: `colls synth` for every shipped profile on 1 node up to 100,000, every method and
+collective, timed as a user sees it (the whole command, Python's start left out), to check that whatever is
+refused is refused within 5 s.
+
+Run with ``make bench`` (or ``python bench/refusals.py [--profiles ...] [--methods ...] [--kinds ...]
+[--long S]``). Node counts: 1, 2, 4, ... while the machine has at most 1,024 GPUs (what one MSCCL file can
+serve), then the first count beyond, 1,000 and 100,000. Each case runs ``colls synth ... --no-simulate`` in a
+process forked from one that has imported ``colls`` (so the 0.6 s of imports is not counted), with
+``--root 0`` for broadcast and reduce, and records its exit status (0: a verified file, 2: refused, with the
+message), its seconds, or that it had no answer within ``--long`` seconds. The table goes to
+``bench/REFUSALS.md`` with the machine it ran on, the refusals over 5 s and the cases over a minute listed
+first. A benchmark never fails the build, it records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+RESULTS = Path(__file__).resolve().parent / "REFUSALS.md"
+PROFILES = ("dgx-a100", "dgx-h100", "dgx2", "mi250", "ndv2")
+METHODS = ("ring", "direct", "trees", "milp", "hier")
+KINDS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce")
+MOST_GPUS = 1024         # one MSCCL file's <gpu> elements (MSCCL_MAX_SUBS)
+FAR = (1000, 100_000)
+REFUSE_SECONDS = 5.0     # what a refusal may take
+FILE_SECONDS = 60.0      # what a file may take
+
+
+def node_counts(gpus_per_node: int) -> list[int]:
+    counts, n = [], 1
+    while n * gpus_per_node <= MOST_GPUS:
+        counts.append(n)
+        n *= 2
+    counts.append(MOST_GPUS // gpus_per_node + 1)
+    return sorted(set(counts) | set(FAR))
+
+
+def _child(args: list[str], err_path: str) -> None:
+    """One `colls` command in this forked process: stderr to ``err_path``, stdout discarded."""
+    fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 2)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    from colls.cli import main
+    sys.argv = ["colls"] + args
+    code = 0
+    try:
+        main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def run_case(profile: str, nodes: int, method: str, kind: str, long: float) -> dict:
+    ctx = multiprocessing.get_context("fork")
+    with tempfile.TemporaryDirectory() as tmp:
+        out, err = os.path.join(tmp, "x.xml"), os.path.join(tmp, "err")
+        args = ["synth", "--hardware", profile, "--nodes", str(nodes), "--method", method, "--collective", kind,
+                "--no-simulate", "--quiet", "-o", out] + (["--root", "0"] if kind in ("broadcast", "reduce") else [])
+        if method != "milp":
+            args.remove("--quiet")
+        proc = ctx.Process(target=_child, args=(args, err))
+        t0 = time.perf_counter()
+        proc.start()
+        proc.join(long)
+        seconds = time.perf_counter() - t0
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+            return {"outcome": f"no answer in {long:.0f} s", "seconds": round(seconds, 1), "message": ""}
+        lines = [ln for ln in Path(err).read_text(errors="replace").splitlines() if ln.startswith("colls: error")]
+        outcome = {0: "file", 2: "refused"}.get(proc.exitcode, f"exit {proc.exitcode}")
+        if outcome == "file" and not os.path.exists(out):
+            outcome = "exit 0 without a file"
+        return {"outcome": outcome, "seconds": round(seconds, 2),
+                "message": lines[-1][len("colls: error: "):] if lines else ""}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profiles", default=",".join(PROFILES))
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--nodes", default=None, help="comma list (default: per profile, see the module docstring)")
+    ap.add_argument("--long", type=float, default=120.0, help="seconds after which a case is given up")
+    ap.add_argument("--out", default=str(RESULTS))
+    args = ap.parse_args()
+    import colls.cli  # noqa: F401  (imported once: every case is forked from here)
+    from colls.inputs import hardware
+    from run import machine
+    m = machine()
+    rows, late, slow = [], [], []
+    counts: dict = {}
+    t_all = time.perf_counter()
+    for profile in args.profiles.split(","):
+        per = hardware.load_topology(profile, nodes=1).ngpus
+        nodes_list = [int(x) for x in args.nodes.split(",")] if args.nodes else node_counts(per)
+        for nodes in nodes_list:
+            for method in args.methods.split(","):
+                for kind in args.kinds.split(","):
+                    r = run_case(profile, nodes, method, kind, args.long)
+                    row = (f"| {profile} x{nodes} | {per * nodes} | {method} | {kind} | {r['seconds']} | "
+                           f"{r['outcome']} | {r['message'].replace('|', '/')} |")
+                    rows.append(row)
+                    print(row, flush=True)
+                    counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+                    if r["outcome"] == "refused" and r["seconds"] > REFUSE_SECONDS:
+                        late.append(row)
+                    elif r["outcome"] != "refused" and (r["outcome"] != "file" or r["seconds"] > FILE_SECONDS):
+                        slow.append(row)
+    refused = [float(r.split("|")[5]) for r in rows if r.split("|")[6].strip() == "refused"]
+    header = "| machine | GPUs | method | collective | seconds | outcome | message |\n|---|---|---|---|---|---|---|"
+    lines = [
+        "# Answers at any size", "",
+        f"`make bench` (bench/refusals.py): `colls synth ... --no-simulate` per case, forked from a process that has "
+        f"imported colls (Python's start, about 0.6 s, not counted), target exe, on {m['cpu']} ({m['cores']} "
+        f"cores), Python {m['python']}; " + ", ".join(f"{k} {v}" for k, v in sorted(m["versions"].items()) if v)
+        + f"; {m['date']}; {len(rows)} cases in {(time.perf_counter() - t_all) / 60:.0f} minutes.", "",
+        "Outcomes: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ". "
+        + (f"Slowest refusal: {max(refused):.2f} s." if refused else ""), "",
+        f"## Refused after more than {REFUSE_SECONDS:.0f} s: {len(late)}", ""] + ([header] + late if late else []) + [
+        "", f"## No answer, or a file after more than {FILE_SECONDS:.0f} s: {len(slow)}", ""] + (
+        [header] + slow if slow else []) + ["", "## Every case", "", header] + rows
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
