@@ -209,6 +209,7 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
     if least > target.max_steps:  # no threadblock layout can fit: try more segments at once
         return None, (f"{schedule.method} {schedule.collective.kind}: needs at least {least} steps "
                       f"in one threadblock; {target.name} allows {target.max_steps}"), []
+    _check_peers(schedule, ops, chan_of, limit_tbs, options, target)
     no_fuse = set()  # keyed by the ids of this segmentation's ops
     forwards = _forward_candidates(ops, schedule.collective)
     while True:
@@ -278,6 +279,30 @@ def _images(all_ops: list[Op], coll: Collective, reps: int, slices: dict) -> dic
                 raise _Asymmetric(f"{op.describe()} has no image received by ranks 0..{reps - 1}")
             out[i] = found[0]
     return out
+
+
+def _check_peers(schedule: Schedule, ops: list, chan_of, limit_tbs: int, options: LowerOptions,
+                 target: Target) -> None:
+    """Refuse, before any instruction is made, what the threadblocks laid out from ``ops`` would break whatever
+    the fusions: a threadblock has one send peer and one receive peer on its channel, so a rank has at least as
+    many threadblocks with a send (receive) peer on a channel as distinct peers it sends to (receives from)
+    there, and at least the larger of the two on each channel (the counts :func:`_check_tbs` and
+    :func:`_check_per_channel` test once the threadblocks are laid out, which only splitting fusions adds to)."""
+    peers: dict = defaultdict(set)
+    for op in ops:
+        if not op.local:
+            c = chan_of(op)
+            peers[(op.src, c, "s")].add(op.dst)
+            peers[(op.dst, c, "r")].add(op.src)
+    if not peers:
+        return
+    _check_per_channel(schedule, max(len(p) for p in peers.values()), target)
+    per_rank: dict = defaultdict(int)
+    for (rank, chan, d), p in peers.items():
+        other = peers.get((rank, chan, "r" if d == "s" else "s"), ())
+        if len(p) > len(other) or (len(p) == len(other) and d == "s"):   # each channel once, its larger side
+            per_rank[rank] += len(p)
+    _check_tbs(schedule, max(per_rank.values()), limit_tbs, options, target)
 
 
 def _check_tbs(schedule: Schedule, tbmax: int, limit_tbs: int, options: LowerOptions, target: Target) -> None:

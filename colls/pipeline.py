@@ -330,7 +330,7 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
         planned = None
     count = planned.info.get(info_key) if planned is not None else None
     if not count or not chunks_per_loop(planned) & (chunks_per_loop(planned) - 1):
-        return _compile_method(*args, options, progress, in_memory, prove)
+        return _compile_method(*args, options, progress, in_memory, prove, planned=planned)
     from colls.synth import ring
     ncpl = chunks_per_loop(planned)
     low = 1 << (count.bit_length() - 1)
@@ -353,7 +353,7 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
         except CollsError:
             continue            # more than the target loads: the next best
     if best is None:                # no power of two beside it loads: the count itself (or the one it steps down to)
-        return _note_chunks(_compile_method(*args, options, progress, in_memory, prove))
+        return _note_chunks(_compile_method(*args, options, progress, in_memory, prove, planned=planned))
     best.facts["chunks_note"] = (f"{best.schedule.info.get(info_key)} {words}, not {count}: {count} would leave "
                                  f"{ncpl} chunks per loop, which divide no power-of-two call")
     if method == "trees":
@@ -410,7 +410,9 @@ def _again(compiled: Compiled, progress, in_memory: bool, prove: bool, **changes
 
 
 def _compile_method(topology, collective, method, target, instances, proto, min_bytes, max_bytes, mode,
-                    options, progress, in_memory=False, prove=True) -> Compiled:
+                    options, progress, in_memory=False, prove=True, planned: Schedule | None = None) -> Compiled:
+    """The method's file with ``options``; ``planned``: the schedule the method made with these options (trees:
+    the one of its chosen count, which is not made again)."""
     tgt, options = _method_options(topology, collective, method, target, instances, options)
     _check_options(topology, collective, tgt, instances, proto, min_bytes, max_bytes, mode)
     check_limits(topology, collective, method, tgt, instances, options)
@@ -428,9 +430,11 @@ def _compile_method(topology, collective, method, target, instances, proto, min_
     candidates = trees.k_candidates(topology, collective)
     refused = []
     for k in candidates:
+        # synthesize(trees_per_gpu=k) makes what synthesize() made when that chose k itself
+        again = planned if planned is not None and planned.info.get("k") == k else None
         try:
             result = _compile_once(topology, collective, method, tgt,
-                                   dict(options, trees_per_gpu=k), **settings)
+                                   dict(options, trees_per_gpu=k), schedule=again, **settings)
         except LimitError as e:
             refused.append((k, str(e)))
             continue
@@ -529,9 +533,10 @@ def _compile_hier(topology, collective, tgt, options, settings) -> Compiled:
 def _compile_once(topology: Topology, collective: Collective, method: str, tgt: Target, options: dict,
                   *, instances: int, proto: str, min_bytes: int, max_bytes: int, mode: str,
                   progress: _Progress, seen: dict | None = None, in_memory: bool = False,
-                  prove: bool = True) -> Compiled:
-    progress(f"synthesizing {method} {collective.kind} for {collective.nranks} ranks")
-    schedule = synth.get_method(method)(topology, collective, **options)
+                  prove: bool = True, schedule: Schedule | None = None) -> Compiled:
+    if schedule is None:
+        progress(f"synthesizing {method} {collective.kind} for {collective.nranks} ranks")
+        schedule = synth.get_method(method)(topology, collective, **options)
     if seen is not None:
         seen.update(schedule.info)
     # what the schedule computes is proved on the program it is lowered to (and, should that proof fail, by

@@ -277,3 +277,25 @@ def test_fusion_never_closes_a_wait_cycle():
     oracle.verdict_holds(program, seeds=10)
     # four forwards could fuse; splitting one of them breaks the cycle, the other three stay fused
     assert fused_steps(program) == 3
+
+
+def test_more_peers_on_a_channel_than_the_target_allows_are_refused_before_any_instruction(monkeypatch):
+    """A direct allgather of 40 ranks on one lane: each rank sends to 39 peers on one channel, and a threadblock
+    has one send peer, so exe's 32 threadblocks with a send peer per channel cannot hold it whatever the fusions;
+    that is refused from the ops alone (no instruction is made), with the count the laid-out threadblocks would
+    show. The older runtime has no such limit and lowers it."""
+    import colls.lower as lower_mod
+    n = 40
+    ops = [Op(0, r, r, "i", 0, "o", r) for r in range(n)]
+    ops += [Op(0, r, q, "i", 0, "o", r) for r in range(n) for q in range(n) if q != r]
+    sched = Schedule(Collective("allgather", n), ops, "direct")
+
+    def no_instructions(*args, **kwargs):
+        raise AssertionError("instructions were made")
+
+    with monkeypatch.context() as m:
+        m.setattr(lower_mod, "_instructions", no_instructions)
+        with pytest.raises(CollsError, match="needs 39 threadblocks with a peer on one channel; exe allows 32"):
+            lower(sched, TARGETS["exe"])
+    program = lower(sched, TARGETS["old"])
+    assert verify.verify(program, TARGETS["old"]).ok

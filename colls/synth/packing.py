@@ -371,13 +371,21 @@ def _grow(st: _State, r: int, stars_tpl: np.ndarray) -> tuple[dict, dict]:
             stars[i, g[v]] = 0
         return False
 
+    m = st.mg.m
+    done: set = set()   # tree vertices with no arc left to a vertex outside (the tree only grows, m only drops)
     while len(order) < n:
         accepted = None
         deferred = []
         for u in order:
-            for v, e in sorted(st.mg.out[u], key=lambda ve: (-st.mg.m[ve[1]], ve[0])):
-                if in_tree[v] or st.mg.m[e] <= 0:
-                    continue
+            if u in done:
+                continue
+            # the arcs still open, most capacity first (filtering before the stable sort keeps their order;
+            # an attempt that fails gives back what it took, so nothing here changes while u is scanned)
+            open_arcs = [(v, e) for v, e in st.mg.out[u] if not in_tree[v] and m[e] > 0]
+            if not open_arcs:
+                done.add(u)
+                continue
+            for v, e in sorted(open_arcs, key=lambda ve: (-m[ve[1]], ve[0])):
                 if any(X[v] and not X[u] for X in tight):
                     deferred.append((u, v, e))
                     continue
