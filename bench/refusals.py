@@ -7,7 +7,9 @@ Run with ``make bench`` (or ``python bench/refusals.py [--profiles ...] [--metho
 serve), then the first count beyond, 1,000 and 100,000. Each case runs ``colls synth ... --no-simulate`` in a
 process forked from one that has imported ``colls`` (so the 0.6 s of imports is not counted), with
 ``--root 0`` for broadcast and reduce, and records its exit status (0: a verified file, 2: refused, with the
-message), its seconds, or that it had no answer within ``--long`` seconds. The table goes to
+message), its seconds, or that it had no answer within ``--long`` seconds. Unless ``--wait-files``, a case
+is over as soon as its program has been lowered within the target's limits (the pipeline's "verifying" stage:
+what remains is the proof, timed with the whole file by bench/scale.py), recorded as "lowered". The table goes to
 ``bench/REFUSALS.md`` with the machine it ran on, the refusals over 5 s and the cases over a minute listed
 first. A benchmark never fails the build, it records.
 """
@@ -32,6 +34,7 @@ MOST_GPUS = 1024         # one MSCCL file's <gpu> elements (MSCCL_MAX_SUBS)
 FAR = (1000, 100_000)
 REFUSE_SECONDS = 5.0     # what a refusal may take
 FILE_SECONDS = 60.0      # what a file may take
+VERIFYING = "verifying"  # the pipeline's stage after the lowering: the program fits the target
 
 
 def node_counts(gpus_per_node: int) -> list[int]:
@@ -43,12 +46,20 @@ def node_counts(gpus_per_node: int) -> list[int]:
     return sorted(set(counts) | set(FAR))
 
 
-def _child(args: list[str], err_path: str) -> None:
-    """One `colls` command in this forked process: stderr to ``err_path``, stdout discarded."""
+def _child(args: list[str], err_path: str, stage_path: str) -> None:
+    """One `colls` command in this forked process: stderr to ``err_path``, stdout discarded, and each stage the
+    pipeline enters (its progress lines, all of them) appended to ``stage_path`` as it starts."""
     fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(fd, 2)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    from colls import pipeline
     from colls.cli import main
+
+    def stage(self, what: str) -> None:
+        with open(stage_path, "a") as f:
+            f.write(what + "\n")
+
+    pipeline._Progress.__call__ = stage
     sys.argv = ["colls"] + args
     code = 0
     try:
@@ -59,18 +70,32 @@ def _child(args: list[str], err_path: str) -> None:
     os._exit(code)
 
 
-def run_case(profile: str, nodes: int, method: str, kind: str, long: float) -> dict:
+def _lowered(stage_path: str) -> bool:
+    """Has the program passed the lowering (the target's limits), so that what follows is its proof?"""
+    try:
+        return any(line.startswith(VERIFYING) for line in Path(stage_path).read_text().splitlines())
+    except OSError:
+        return False
+
+
+def run_case(profile: str, nodes: int, method: str, kind: str, long: float, wait_files: bool) -> dict:
     ctx = multiprocessing.get_context("fork")
     with tempfile.TemporaryDirectory() as tmp:
-        out, err = os.path.join(tmp, "x.xml"), os.path.join(tmp, "err")
+        out, err, stages = os.path.join(tmp, "x.xml"), os.path.join(tmp, "err"), os.path.join(tmp, "stages")
         args = ["synth", "--hardware", profile, "--nodes", str(nodes), "--method", method, "--collective", kind,
                 "--no-simulate", "--quiet", "-o", out] + (["--root", "0"] if kind in ("broadcast", "reduce") else [])
         if method != "milp":
             args.remove("--quiet")
-        proc = ctx.Process(target=_child, args=(args, err))
+        proc = ctx.Process(target=_child, args=(args, err, stages))
         t0 = time.perf_counter()
         proc.start()
-        proc.join(long)
+        while proc.is_alive() and time.perf_counter() - t0 < long:
+            proc.join(0.05)
+            if not wait_files and proc.is_alive() and _lowered(stages):
+                seconds = time.perf_counter() - t0
+                proc.kill()
+                proc.join()
+                return {"outcome": "lowered", "seconds": round(seconds, 2), "message": ""}
         seconds = time.perf_counter() - t0
         if proc.is_alive():
             proc.kill()
@@ -91,6 +116,9 @@ def main() -> None:
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--nodes", default=None, help="comma list (default: per profile, see the module docstring)")
     ap.add_argument("--long", type=float, default=120.0, help="seconds after which a case is given up")
+    ap.add_argument("--wait-files", action="store_true",
+                    help="wait for every file to be proved and written (default: a case is over once its program "
+                         "is lowered within the target's limits, the proof being timed by bench/scale.py)")
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
     import colls.cli  # noqa: F401  (imported once: every case is forked from here)
@@ -106,7 +134,7 @@ def main() -> None:
         for nodes in nodes_list:
             for method in args.methods.split(","):
                 for kind in args.kinds.split(","):
-                    r = run_case(profile, nodes, method, kind, args.long)
+                    r = run_case(profile, nodes, method, kind, args.long, args.wait_files)
                     row = (f"| {profile} x{nodes} | {per * nodes} | {method} | {kind} | {r['seconds']} | "
                            f"{r['outcome']} | {r['message'].replace('|', '/')} |")
                     rows.append(row)
@@ -114,7 +142,8 @@ def main() -> None:
                     counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
                     if r["outcome"] == "refused" and r["seconds"] > REFUSE_SECONDS:
                         late.append(row)
-                    elif r["outcome"] != "refused" and (r["outcome"] != "file" or r["seconds"] > FILE_SECONDS):
+                    elif r["outcome"] != "refused" and (r["outcome"] not in ("file", "lowered")
+                                                        or r["seconds"] > FILE_SECONDS):
                         slow.append(row)
     refused = [float(r.split("|")[5]) for r in rows if r.split("|")[6].strip() == "refused"]
     header = "| machine | GPUs | method | collective | seconds | outcome | message |\n|---|---|---|---|---|---|---|"
