@@ -243,7 +243,15 @@ class _FlowNet:
 # Checks
 # --------------------------------------------------------------------------------------------------------
 def _check_topology(topo: Topology, kind: str, root: int = 0) -> None:
-    """Raise CollsError unless the collective can run at all: >= 2 GPUs, the needed pairs connected."""
+    """Raise CollsError unless the collective can run at all: >= 2 GPUs, the needed pairs connected (checked
+    once per machine, collective and root: the bounds of an allreduce ask for its parts too)."""
+    rooted = kind in ("broadcast", "reduce")
+    if rooted and (isinstance(root, bool) or not isinstance(root, (int, np.integer))):
+        _check_once(topo, kind, root)       # refuses it; not a key to remember
+    topo.derived(("checked", kind, int(root) if rooted else None), lambda: _check_once(topo, kind, root) or True)
+
+
+def _check_once(topo: Topology, kind: str, root: int) -> None:
     topo.validate(source=f"topology {topo.name!r}")
     n = topo.ngpus
     if n < 2:
