@@ -78,35 +78,44 @@ def _lowered(stage_path: str) -> bool:
         return False
 
 
-def run_case(profile: str, nodes: int, method: str, kind: str, long: float, wait_files: bool) -> dict:
-    ctx = multiprocessing.get_context("fork")
-    with tempfile.TemporaryDirectory() as tmp:
-        out, err, stages = os.path.join(tmp, "x.xml"), os.path.join(tmp, "err"), os.path.join(tmp, "stages")
+class _Case:
+    """One command running in a forked process."""
+
+    def __init__(self, profile: str, nodes: int, per: int, method: str, kind: str):
+        self.profile, self.nodes, self.per, self.method, self.kind = profile, nodes, per, method, kind
+        self.tmp = tempfile.TemporaryDirectory()
+        self.out, self.err, self.stages = (os.path.join(self.tmp.name, f) for f in ("x.xml", "err", "stages"))
         args = ["synth", "--hardware", profile, "--nodes", str(nodes), "--method", method, "--collective", kind,
-                "--no-simulate", "--quiet", "-o", out] + (["--root", "0"] if kind in ("broadcast", "reduce") else [])
-        if method != "milp":
-            args.remove("--quiet")
-        proc = ctx.Process(target=_child, args=(args, err, stages))
-        t0 = time.perf_counter()
-        proc.start()
-        while proc.is_alive() and time.perf_counter() - t0 < long:
-            proc.join(0.05)
-            if not wait_files and proc.is_alive() and _lowered(stages):
-                seconds = time.perf_counter() - t0
-                proc.kill()
-                proc.join()
-                return {"outcome": "lowered", "seconds": round(seconds, 2), "message": ""}
-        seconds = time.perf_counter() - t0
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-            return {"outcome": f"no answer in {long:.0f} s", "seconds": round(seconds, 1), "message": ""}
-        lines = [ln for ln in Path(err).read_text(errors="replace").splitlines() if ln.startswith("colls: error")]
-        outcome = {0: "file", 2: "refused"}.get(proc.exitcode, f"exit {proc.exitcode}")
-        if outcome == "file" and not os.path.exists(out):
+                "--no-simulate", "-o", self.out] + (["--root", "0"] if kind in ("broadcast", "reduce") else [])
+        args += ["--quiet"] if method == "milp" else []
+        self.proc = multiprocessing.get_context("fork").Process(target=_child, args=(args, self.err, self.stages))
+        self.t0 = time.perf_counter()
+        self.proc.start()
+
+    def poll(self, long: float, wait_files: bool) -> dict | None:
+        """The result once the case is over, else None."""
+        seconds = time.perf_counter() - self.t0
+        if self.proc.is_alive():
+            if not wait_files and _lowered(self.stages):
+                return self._stop({"outcome": "lowered", "seconds": round(seconds, 2), "message": ""})
+            if seconds < long:
+                return None
+            return self._stop({"outcome": f"no answer in {long:.0f} s", "seconds": round(seconds, 1), "message": ""})
+        self.proc.join()
+        lines = [ln for ln in Path(self.err).read_text(errors="replace").splitlines()
+                 if ln.startswith("colls: error")]
+        outcome = {0: "file", 2: "refused"}.get(self.proc.exitcode, f"exit {self.proc.exitcode}")
+        if outcome == "file" and not os.path.exists(self.out):
             outcome = "exit 0 without a file"
-        return {"outcome": outcome, "seconds": round(seconds, 2),
-                "message": lines[-1][len("colls: error: "):] if lines else ""}
+        return self._stop({"outcome": outcome, "seconds": round(seconds, 2),
+                           "message": lines[-1][len("colls: error: "):] if lines else ""})
+
+    def _stop(self, result: dict) -> dict:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join()
+        self.tmp.cleanup()
+        return result
 
 
 def main() -> None:
@@ -119,38 +128,52 @@ def main() -> None:
     ap.add_argument("--wait-files", action="store_true",
                     help="wait for every file to be proved and written (default: a case is over once its program "
                          "is lowered within the target's limits, the proof being timed by bench/scale.py)")
+    ap.add_argument("--jobs", type=int, default=1, help="cases at once (each is one process)")
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
     import colls.cli  # noqa: F401  (imported once: every case is forked from here)
     from colls.inputs import hardware
     from run import machine
     m = machine()
-    rows, late, slow = [], [], []
+    late, slow = [], []
     counts: dict = {}
     t_all = time.perf_counter()
+    todo = []
     for profile in args.profiles.split(","):
         per = hardware.load_topology(profile, nodes=1).ngpus
         nodes_list = [int(x) for x in args.nodes.split(",")] if args.nodes else node_counts(per)
-        for nodes in nodes_list:
-            for method in args.methods.split(","):
-                for kind in args.kinds.split(","):
-                    r = run_case(profile, nodes, method, kind, args.long, args.wait_files)
-                    row = (f"| {profile} x{nodes} | {per * nodes} | {method} | {kind} | {r['seconds']} | "
-                           f"{r['outcome']} | {r['message'].replace('|', '/')} |")
-                    rows.append(row)
-                    print(row, flush=True)
-                    counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
-                    if r["outcome"] == "refused" and r["seconds"] > REFUSE_SECONDS:
-                        late.append(row)
-                    elif r["outcome"] != "refused" and (r["outcome"] not in ("file", "lowered")
-                                                        or r["seconds"] > FILE_SECONDS):
-                        slow.append(row)
+        todo += [(profile, nodes, per, method, kind) for nodes in nodes_list for method in args.methods.split(",")
+                 for kind in args.kinds.split(",")]
+    done: dict = {}
+    running: list = []
+    total = len(todo)
+    while todo or running:
+        while todo and len(running) < args.jobs:
+            running.append((total - len(todo), _Case(*todo.pop(0))))
+        time.sleep(0.05)
+        for item in list(running):
+            order, case = item
+            r = case.poll(args.long, args.wait_files)
+            if r is None:
+                continue
+            running.remove(item)
+            row = (f"| {case.profile} x{case.nodes} | {case.per * case.nodes} | {case.method} | {case.kind} | "
+                   f"{r['seconds']} | {r['outcome']} | {r['message'].replace('|', '/')} |")
+            done[order] = row
+            print(row, flush=True)
+            counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+            if r["outcome"] == "refused" and r["seconds"] > REFUSE_SECONDS:
+                late.append(row)
+            elif r["outcome"] != "refused" and (r["outcome"] not in ("file", "lowered")
+                                                or r["seconds"] > FILE_SECONDS):
+                slow.append(row)
+    rows = [done[k] for k in sorted(done)]
     refused = [float(r.split("|")[5]) for r in rows if r.split("|")[6].strip() == "refused"]
     header = "| machine | GPUs | method | collective | seconds | outcome | message |\n|---|---|---|---|---|---|---|"
     lines = [
         "# Answers at any size", "",
         f"`make bench` (bench/refusals.py): `colls synth ... --no-simulate` per case, forked from a process that has "
-        f"imported colls (Python's start, about 0.6 s, not counted), target exe, on {m['cpu']} ({m['cores']} "
+        f"imported colls (Python's start, about 0.6 s, not counted), {args.jobs} at once, target exe, on {m['cpu']} ({m['cores']} "
         f"cores), Python {m['python']}; " + ", ".join(f"{k} {v}" for k, v in sorted(m["versions"].items()) if v)
         + f"; {m['date']}; {len(rows)} cases in {(time.perf_counter() - t_all) / 60:.0f} minutes.", "",
         "Outcomes: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ". "
