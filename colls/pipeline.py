@@ -257,8 +257,29 @@ def check_rank_limits(collective: Collective, method: str, tgt: Target, instance
         raise LimitError(f"{method} {collective.kind} on {where}: a rank needs at least {steps} steps, more "
                          f"than {tgt.max_tbs} threadblocks of {tgt.max_steps} steps hold ({tgt.name}); try "
                          f"{_hint(collective, tgt, instances, steps, sms)}")
+    if method == "ring" and collective.kind != "alltoall" and n > 1:
+        _check_ring_channels(collective, tgt, (options or {}).get("rings"), where)
     synth.check_size(method, collective, where)    # within what the runtime loads, the method's own reach
     return steps
+
+
+def _check_ring_channels(collective: Collective, tgt: Target, rings: int | None, where: str) -> None:
+    """Refuse rings whose step segments cannot fit the channels at any count (:func:`colls.synth.ring.fits`,
+    the rule the method picks its counts by; the lowering would refuse the count it falls back to after
+    making it, 40 s for 1,024 ranks). Copies only add channels, so one copy decides."""
+    from colls.synth import ring
+    counts = [rings] if rings else range(1, ring.MAX_CHANNELS + 1)
+    if any(ring.fits(collective, r, tgt.max_steps, tgt.max_channels) for r in counts):
+        return
+    r = counts[0]
+    segs = ring.segments_needed(collective, r, tgt.max_steps)
+    kind = collective.kind
+    raise LimitError(f"ring {kind} on {where}: a ring of {collective.nranks} ranks runs "
+                     f"{ring.instructions_per_ring(collective, r)} instructions per rank, {segs} step segments of "
+                     f"at most {tgt.max_steps} steps on channels of their own, more than the {tgt.max_channels} "
+                     f"channels {tgt.name} has" + ("" if rings else " at any count of rings") + "; try "
+                     + ("--method hier or " if kind in ("allgather", "reducescatter", "allreduce") else "")
+                     + ("fewer --nodes" if tgt.name == "old" else "--target old (256 steps per threadblock)"))
 
 
 def check_limits(topology: Topology, collective: Collective, method: str, tgt: Target,

@@ -153,3 +153,21 @@ def test_a_method_refuses_more_gpus_than_it_takes_on_before_the_machine_is_built
     topo = hardware.load_topology("dgx-a100", nodes=most // 8 + 1)
     with pytest.raises(CollsError, match="more than this method takes on"):
         pipeline.check_limits(topo, Collective(kind, topo.ngpus), method, TARGETS["exe"])
+
+
+@pytest.mark.parametrize("kind", ["allreduce", "broadcast", "reduce"])
+def test_rings_whose_segments_no_count_of_channels_holds_are_refused_up_front(kind):
+    """A ring of 1,024 ranks runs 2,046 allreduce instructions per rank (a broadcast's chain spans as many
+    steps): 33 segments of 64 steps, each on a channel of its own, and exe has 32: refused before the machine
+    is built at any count of rings (the lowering refused it after 40 s); the allgather (1,023 steps, 17
+    segments) is not, nor is anything for the older runtime's 256 steps."""
+    coll = Collective(kind, 1024)
+    t0 = time.perf_counter()
+    with pytest.raises(LimitError, match="33 step segments of at most 64 steps on channels of their own, more "
+                                         "than the 32 channels exe has at any count of rings"):
+        pipeline.check_rank_limits(coll, "ring", TARGETS["exe"], where="here")
+    assert time.perf_counter() - t0 < 1.0
+    with pytest.raises(LimitError, match="32 channels exe has; try"):
+        pipeline.check_rank_limits(coll, "ring", TARGETS["exe"], options={"rings": 1}, where="here")
+    pipeline.check_rank_limits(Collective("allgather", 1024), "ring", TARGETS["exe"], where="here")
+    pipeline.check_rank_limits(coll, "ring", TARGETS["old"], where="here")
