@@ -259,7 +259,7 @@ def check_rank_limits(collective: Collective, method: str, tgt: Target, instance
                          f"{_hint(collective, tgt, instances, steps, sms)}")
     if method == "ring" and collective.kind != "alltoall" and n > 1:
         _check_ring_channels(collective, tgt, (options or {}).get("rings"), where)
-    synth.check_size(method, collective, where)    # within what the runtime loads, the method's own reach
+    synth.check_size(method, collective, where, tgt)    # within what the runtime loads, the method's own reach
     return steps
 
 

@@ -20,11 +20,12 @@ METHODS: dict[str, Callable] = {"ring": ring.synthesize, "direct": direct.synthe
 METHODS["milp"] = milp.synthesize
 
 
-def check_size(method: str, collective, where: str) -> None:
-    """Refuse, before the machine is built, more GPUs than ``method`` takes on (its module's ``check_size``)."""
+def check_size(method: str, collective, where: str, target=None) -> None:
+    """Refuse, before the machine is built, more GPUs than ``method`` takes on for ``target`` (its module's
+    ``check_size``)."""
     check = getattr({"trees": trees, "milp": milp}.get(method), "check_size", None)
     if check is not None:
-        check(collective, where)
+        check(collective, where, target)
 
 
 def get_method(name: str) -> Callable:

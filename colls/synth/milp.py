@@ -190,7 +190,7 @@ def synthesize(topology: Topology, collective: Collective, *, sketch: Sketch | N
     return schedule
 
 
-def check_size(collective: Collective, where: str) -> None:
+def check_size(collective: Collective, where: str, target=None) -> None:
     """Refuse more GPUs than :data:`MAX_GPUS` (alltoall: :data:`MAX_GPUS_ALLTOALL`): minutes, then a refusal."""
     most = MAX_GPUS_ALLTOALL if collective.kind == "alltoall" else MAX_GPUS
     if collective.nranks > most:

@@ -84,8 +84,12 @@ _PLAN_CACHE_SIZE = 8
 # whole split graph per GPU added, so the work grows faster than the square of the GPUs: on the 2-core machine
 # of bench/SCALE.md, 256 GPUs (32 x dgx-a100, 16 x mi250) are answered in 6 to 52 s, and one broadcast on
 # 512 GPUs (64 x dgx-a100) had no answer after 5 minutes. Beyond, hier (the node's trees joined along the
-# rails) and ring make the files.
+# rails) and ring make the files. An allreduce runs its reduce-scatter and allgather trees on lanes of their own
+# (split_phases), twice the peers a GPU keeps threadblocks for: at 256 GPUs it needed more threadblocks than the
+# runtime holds on every shipped machine (dgx-a100, dgx-h100, dgx2, mi250, ndv2) for exe, refused after 8 to 20 s
+# (more threadblocks per GPU than SMs, or more than 32 with a peer on one channel, which the older runtime allows).
 MAX_GPUS = 256
+MAX_GPUS_ALLREDUCE = 128
 
 KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
 
@@ -324,8 +328,17 @@ def k_candidates(topology: Topology, collective: Collective, max_k: int | None =
     return [k] + [j for j in reversed(front) if table[j] < table[k]]
 
 
-def check_size(collective: Collective, where: str) -> None:
-    """Refuse more GPUs than :data:`MAX_GPUS` (a machine of that size gets no answer in minutes)."""
+def check_size(collective: Collective, where: str, target=None) -> None:
+    """Refuse more GPUs than :data:`MAX_GPUS` (a machine of that size gets no answer in minutes), or for an
+    allreduce than :data:`MAX_GPUS_ALLREDUCE` on a ``target`` that limits the threadblocks per channel (no
+    shipped machine of more had one that exe holds)."""
+    per_channel = target is not None and target.max_tbs_per_channel is not None
+    if collective.kind == "allreduce" and per_channel and MAX_GPUS_ALLREDUCE < collective.nranks <= MAX_GPUS:
+        raise CollsError(f"{METHOD} allreduce on {where}: {collective.nranks} GPUs is more than this method takes on "
+                         f"for an allreduce on {target.name} ({MAX_GPUS_ALLREDUCE}: its two halves' trees on lanes of "
+                         f"their own need more threadblocks than the GPU or a channel holds beyond); try "
+                         + _larger(collective.kind),
+                         key="--method")
     if collective.nranks > MAX_GPUS:
         raise CollsError(f"{METHOD} {collective.kind} on {where}: {collective.nranks} GPUs is more than this "
                          f"method takes on ({MAX_GPUS}: its tree packing runs a max-flow over the whole machine "
@@ -364,7 +377,7 @@ def synthesize(topology: Topology, collective: Collective, trees_per_gpu: int | 
     if n != topology.ngpus:
         raise CollsError(f"{METHOD}: the collective has {n} ranks but {topology.name} has "
                          f"{topology.ngpus} GPUs")
-    check_size(collective, topology.name)
+    check_size(collective, topology.name)      # the target's part is checked by the pipeline
     for name, val in (("trees_per_gpu", trees_per_gpu), ("max_k", max_k), ("lanes", lanes),
                       ("max_tbs", max_tbs)):
         if val is not None and not (isinstance(val, int) and not isinstance(val, bool) and val >= 1):
