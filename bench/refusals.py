@@ -3,7 +3,7 @@ collective, timed as a user sees it (the whole command, Python's start left out)
 refused is refused within 5 s.
 
 Run with ``make bench`` (or ``python bench/refusals.py [--profiles ...] [--methods ...] [--kinds ...]
-[--long S]``). Node counts: 1, 2, 4, ... while the machine has at most 1,024 GPUs (what one MSCCL file can
+[--long S] [--jobs J]``; defaults: 60 s, 2 jobs). Node counts: 1, 2, 4, ... while the machine has at most 1,024 GPUs (what one MSCCL file can
 serve), then the first count beyond, 1,000 and 100,000. Each case runs ``colls synth ... --no-simulate`` in a
 process forked from one that has imported ``colls`` (so the 0.6 s of imports is not counted), with
 ``--root 0`` for broadcast and reduce, and records its exit status (0: a verified file, 2: refused, with the
@@ -124,11 +124,12 @@ def main() -> None:
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--nodes", default=None, help="comma list (default: per profile, see the module docstring)")
-    ap.add_argument("--long", type=float, default=120.0, help="seconds after which a case is given up")
+    ap.add_argument("--long", type=float, default=FILE_SECONDS,
+                    help="seconds after which a case is given up (it is then listed among the slow ones either way)")
     ap.add_argument("--wait-files", action="store_true",
                     help="wait for every file to be proved and written (default: a case is over once its program "
                          "is lowered within the target's limits, the proof being timed by bench/scale.py)")
-    ap.add_argument("--jobs", type=int, default=1, help="cases at once (each is one process)")
+    ap.add_argument("--jobs", type=int, default=2, help="cases at once (each is one process)")
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
     import colls.cli  # noqa: F401  (imported once: every case is forked from here)
