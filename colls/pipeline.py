@@ -278,8 +278,9 @@ def _check_ring_channels(collective: Collective, tgt: Target, rings: int | None,
                      f"{ring.instructions_per_ring(collective, r)} instructions per rank, {segs} step segments of "
                      f"at most {tgt.max_steps} steps on channels of their own, more than the {tgt.max_channels} "
                      f"channels {tgt.name} has" + ("" if rings else " at any count of rings") + "; try "
-                     + ("--method hier or " if kind in ("allgather", "reducescatter", "allreduce") else "")
-                     + ("fewer --nodes" if tgt.name == "old" else "--target old (256 steps per threadblock)"))
+                     + " or ".join((["fewer --rings"] if rings else []) + (["fewer --chunks"] if collective.chunks > 1 else [])
+                                   + (["--method hier"] if kind in ("allgather", "reducescatter", "allreduce") else [])
+                                   + ["fewer --nodes" if tgt.name == "old" else "--target old (256 steps per threadblock)"]))
 
 
 def check_limits(topology: Topology, collective: Collective, method: str, tgt: Target,

@@ -398,7 +398,7 @@ def test_a_power_of_two_ring_count_the_channels_cannot_hold_is_not_lowered(monke
     assert not fits(coll, 8, 64, 32) and fits(coll, 4, 64, 32) and fits(coll, 8, None, None)
     lowered = []
 
-    def record(*args):
+    def record(*args, **kwargs):
         lowered.append((args[9] or {}).get("rings"))
         raise CollsError("stop here")
     monkeypatch.setattr(pipeline, "_compile_method", record)
