@@ -248,7 +248,7 @@ def _check_topology(topo: Topology, kind: str, root: int = 0) -> None:
     rooted = kind in ("broadcast", "reduce")
     if rooted and (isinstance(root, bool) or not isinstance(root, (int, np.integer))):
         _check_once(topo, kind, root)       # refuses it; not a key to remember
-    topo.derived(("checked", kind, int(root) if rooted else None), lambda: _check_once(topo, kind, root) or True)
+    topo.derived(("checked", kind, int(root) if rooted else None), lambda: _check_once(topo, kind, root))
 
 
 def _check_once(topo: Topology, kind: str, root: int) -> None:
@@ -745,10 +745,7 @@ def node_representatives(topo: Topology) -> list:
     Such a map permutes the GPUs and keeps every distance and every capacity, so a GPU of node i is as far
     from the others (:func:`latency_bound_us`) and as good a max-flow sink (:func:`_min_ratio_cut`: the
     source feeds every GPU alike) as its image in node 0; and the turns reach every node."""
-    turn = topo.node_turn()
-    if turn is None:
-        return list(topo.gpus)
-    return [r for r in topo.gpus if topo.node_of(r) == 0]
+    return topo.representatives()
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -258,12 +258,13 @@ def check_rank_limits(collective: Collective, method: str, tgt: Target, instance
                          f"than {tgt.max_tbs} threadblocks of {tgt.max_steps} steps hold ({tgt.name}); try "
                          f"{_hint(collective, tgt, instances, steps, sms)}")
     if method == "ring" and collective.kind != "alltoall" and n > 1:
-        _check_ring_channels(collective, tgt, (options or {}).get("rings"), where)
+        _check_ring_channels(collective, tgt, (options or {}).get("rings"), where,
+                             _hint(collective, tgt, instances, steps, sms))
     synth.check_size(method, collective, where, tgt)    # within what the runtime loads, the method's own reach
     return steps
 
 
-def _check_ring_channels(collective: Collective, tgt: Target, rings: int | None, where: str) -> None:
+def _check_ring_channels(collective: Collective, tgt: Target, rings: int | None, where: str, hint: str) -> None:
     """Refuse rings whose step segments cannot fit the channels at any count (:func:`colls.synth.ring.fits`,
     the rule the method picks its counts by; the lowering would refuse the count it falls back to after
     making it, 40 s for 1,024 ranks). Copies only add channels, so one copy decides."""
@@ -278,9 +279,9 @@ def _check_ring_channels(collective: Collective, tgt: Target, rings: int | None,
                      f"{ring.instructions_per_ring(collective, r)} instructions per rank, {segs} step segments of "
                      f"at most {tgt.max_steps} steps on channels of their own, more than the {tgt.max_channels} "
                      f"channels {tgt.name} has" + ("" if rings else " at any count of rings") + "; try "
-                     + " or ".join((["fewer --rings"] if rings else []) + (["fewer --chunks"] if collective.chunks > 1 else [])
+                     + " or ".join((["fewer --rings"] if rings else [])
                                    + (["--method hier"] if kind in ("allgather", "reducescatter", "allreduce") else [])
-                                   + ["fewer --nodes" if tgt.name == "old" else "--target old (256 steps per threadblock)"]))
+                                   + [hint]))
 
 
 def check_limits(topology: Topology, collective: Collective, method: str, tgt: Target,

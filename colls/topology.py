@@ -107,6 +107,13 @@ class Topology:
         Computed once (the graph does not change)."""
         return self.derived(("node_turn",), self._node_turn)
 
+    def representatives(self) -> list[int]:
+        """GPUs that stand for all: the first node's where :meth:`node_turn` is an automorphism (it permutes the
+        GPUs and keeps every capacity and distance, and its powers reach every node), else every GPU."""
+        if self.node_turn() is None:
+            return list(self._gpus())
+        return [r for r in self._gpus() if self.node_of(r) == 0]
+
     def _node_turn(self) -> dict | None:
         g = self.graph
         per_node: dict = {}

@@ -23,9 +23,9 @@ METHODS["milp"] = milp.synthesize
 def check_size(method: str, collective, where: str, target=None) -> None:
     """Refuse, before the machine is built, more GPUs than ``method`` takes on for ``target`` (its module's
     ``check_size``)."""
-    check = getattr({"trees": trees, "milp": milp}.get(method), "check_size", None)
-    if check is not None:
-        check(collective, where, target)
+    module = {"trees": trees, "milp": milp}.get(method)
+    if module is not None:
+        module.check_size(collective, where, target)
 
 
 def get_method(name: str) -> Callable:

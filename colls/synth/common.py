@@ -23,6 +23,13 @@ def larger_machine_hint(kind: str) -> str:
     return "--method ring"
 
 
+def too_many_gpus(method: str, collective, where: str, most: int, why: str, scope: str = "") -> CollsError:
+    """The refusal of a machine beyond what ``method`` takes on (``most`` GPUs, for ``why``; ``scope``: the
+    words that narrow it, " for an allreduce on exe"), with what to try instead."""
+    return CollsError(f"{method} {collective.kind} on {where}: {collective.nranks} GPUs is more than this method "
+                      f"takes on{scope} ({most}: {why}); try " + larger_machine_hint(collective.kind), key="--method")
+
+
 def schedule_facts(schedule, topology) -> dict:
     """Bandwidth-model facts for ``Schedule.info``: algbw (GB/s), the busiest link and its class."""
     algbw, link = schedule.model_algbw(topology)

@@ -124,7 +124,7 @@ from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.schedule import Op, Schedule
 from colls.inputs.sketch import Sketch, derive_sketch, sketch_text, symmetry_permutation
-from colls.synth.common import larger_machine_hint as _larger, schedule_facts
+from colls.synth.common import schedule_facts, too_many_gpus
 from colls.synth.milp_model import Chunk, Connection, Problem, Settings, chunk_map, closure, solve
 from colls.topology import Topology
 
@@ -195,9 +195,8 @@ def check_size(collective: Collective, where: str, target=None) -> None:
     most = MAX_GPUS_ALLTOALL if collective.kind == "alltoall" else MAX_GPUS
     if collective.nranks > most:
         what = "a chunk for every pair of GPUs" if collective.kind == "alltoall" else "a chunk per GPU"
-        raise CollsError(f"{METHOD} {collective.kind} on {where}: {collective.nranks} GPUs is more than this "
-                         f"method takes on ({most}: its model has a connection per pair of GPUs and {what}, "
-                         f"minutes of solving beyond); try " + _larger(collective.kind), key="--method")
+        raise too_many_gpus(METHOD, collective, where, most, f"its model has a connection per pair of GPUs and "
+                            f"{what}, minutes of solving beyond")
 
 
 def _check_number(value, key: str, lower: float, upper: float | None = None) -> None:

@@ -259,16 +259,16 @@ class _NotSymmetric(Exception):
 
 
 def _turn_sinks(topology: Topology, cap: dict, turn: dict | None) -> list | None:
-    """The first node's GPUs when ``turn`` (:meth:`Topology.node_turn`) maps the capacitated graph ``cap``
-    onto itself, else None (test every GPU). A map that keeps every capacity and the source's arcs (one per
-    GPU, all alike when unrooted) keeps every max-flow, so a GPU is as good a sink as its image, and the turns
-    reach every node from the first."""
+    """The first node's GPUs (:meth:`Topology.representatives`) when ``turn`` (:meth:`Topology.node_turn`)
+    maps the capacitated graph ``cap`` onto itself, else None (test every GPU). A map that keeps every capacity
+    and the source's arcs (one per GPU, all alike when unrooted) keeps every max-flow, so a GPU is as good a
+    sink as its image, and the turns reach every node from the first."""
     if turn is None:
         return None
     for (u, v), c in cap.items():
         if cap.get((turn.get(u, u), turn.get(v, v))) != c:
             return None
-    return [r for r in topology.gpus if topology.node_of(r) == 0]
+    return topology.representatives()
 
 
 class _Work:
@@ -280,26 +280,27 @@ class _Work:
         self.out: dict = defaultdict(set)
         self.inn: dict = defaultdict(set)
         self.paths: dict = {}
-        for u, v, d in topology.links():    # one link per pair: add()'s merging is not needed here
-            c = Fraction(d["bw"])
-            if c > 0:
-                self.cap[(u, v)] = c
-                self.out[u].add(v)
-                self.inn[v].add(u)
-                self.paths[(u, v)] = frozenset({(u, v)})
+        for u, v, d in topology.links():
+            self.add(u, v, Fraction(d["bw"]), frozenset({(u, v)}))
 
     def add(self, u, v, c: Fraction, paths) -> None:
         if c <= 0:
             return
-        self.cap[(u, v)] = self.cap.get((u, v), Fraction(0)) + c
+        key = (u, v)
+        old_c = self.cap.get(key)
         self.out[u].add(v)
         self.inn[v].add(u)
-        old = self.paths.get((u, v), frozenset())
+        if old_c is None:       # a new arc (every link of the topology): nothing to add to or merge with
+            self.cap[key] = c
+            self.paths[key] = paths if paths is None or len(paths) <= _MAX_PATHS else None
+            return
+        self.cap[key] = old_c + c
+        old = self.paths.get(key, frozenset())
         if old is None or paths is None:
-            self.paths[(u, v)] = None
+            self.paths[key] = None
         else:
             merged = old | paths
-            self.paths[(u, v)] = merged if len(merged) <= _MAX_PATHS else None
+            self.paths[key] = merged if len(merged) <= _MAX_PATHS else None
 
     def sub(self, u, v, c: Fraction) -> None:
         left = self.cap[(u, v)] - c

@@ -70,7 +70,7 @@ from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.schedule import Op, Schedule
 from colls.synth import packing, splitting
-from colls.synth.common import larger_machine_hint as _larger, schedule_facts
+from colls.synth.common import schedule_facts, too_many_gpus
 from colls.topology import Topology, rank_offset
 
 METHOD = "trees"
@@ -334,16 +334,12 @@ def check_size(collective: Collective, where: str, target=None) -> None:
     shipped machine of more had one that exe holds)."""
     per_channel = target is not None and target.max_tbs_per_channel is not None
     if collective.kind == "allreduce" and per_channel and MAX_GPUS_ALLREDUCE < collective.nranks <= MAX_GPUS:
-        raise CollsError(f"{METHOD} allreduce on {where}: {collective.nranks} GPUs is more than this method takes on "
-                         f"for an allreduce on {target.name} ({MAX_GPUS_ALLREDUCE}: its two halves' trees on lanes of "
-                         f"their own need more threadblocks than the GPU or a channel holds beyond); try "
-                         + _larger(collective.kind),
-                         key="--method")
+        raise too_many_gpus(METHOD, collective, where, MAX_GPUS_ALLREDUCE, "its two halves' trees on lanes of their "
+                            "own need more threadblocks than the GPU or a channel holds beyond",
+                            f" for an allreduce on {target.name}")
     if collective.nranks > MAX_GPUS:
-        raise CollsError(f"{METHOD} {collective.kind} on {where}: {collective.nranks} GPUs is more than this "
-                         f"method takes on ({MAX_GPUS}: its tree packing runs a max-flow over the whole machine "
-                         f"for every GPU of every tree, minutes beyond); try " + _larger(collective.kind),
-                         key="--method")
+        raise too_many_gpus(METHOD, collective, where, MAX_GPUS, "its tree packing runs a max-flow over the whole "
+                            "machine for every GPU of every tree, minutes beyond")
 
 
 def synthesize(topology: Topology, collective: Collective, trees_per_gpu: int | None = None,
