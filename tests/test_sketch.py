@@ -135,6 +135,26 @@ def test_automorphisms(topo, name, nodes, offset, group, ok):
     assert (automorphism_mismatch(t, symmetry_permutation(t.ngpus, offset, group)) is None) == ok
 
 
+@pytest.mark.parametrize("name, nodes, offset, group, ok", [
+    ("dgx2", 2, 2, 16, True), ("dgx2", 2, 1, 16, False), ("dgx2", 2, 16, 32, True), ("ndv2", 2, 2, 8, False),
+    ("ndv2", 2, 8, 16, True), ("mi250", 2, 8, 16, True), ("mi250", 2, 2, 16, False), ("dgx-h100", 2, 1, 8, True),
+])
+def test_an_explicit_map_proves_what_vf2_proves(topo, name, nodes, offset, group, ok):
+    """The map grown from the GPUs is checked edge by edge, so it never proves what is false; on the shipped
+    profiles it proves every true symmetry (the fast path), and VF2 agrees with it."""
+    import networkx as nx
+
+    from colls.inputs.sketch import _extends, _pinned
+    t = topo(name, nodes)
+    perm = symmetry_permutation(t.ngpus, offset, group)
+    inverse = {p: r for r, p in enumerate(perm)}
+    vf2 = nx.algorithms.isomorphism.DiGraphMatcher(
+        _pinned(t.graph, lambda r: r), _pinned(t.graph, lambda r: inverse[r]),
+        node_match=lambda x, y: x["pin"] == y["pin"],
+        edge_match=lambda x, y: (x["bw"], x["latency"]) == (y["bw"], y["latency"])).is_isomorphic()
+    assert vf2 == ok and _extends(t.graph, perm) == ok
+
+
 def test_wrong_symmetry_offset_is_refused(tmp_path, topo):
     data = json.loads((DATA / "sk2-dgx2-n2.json").read_text())
     data["symmetry_offsets"] = [[1, 16], [16, 32]]

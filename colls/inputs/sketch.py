@@ -490,10 +490,14 @@ class _Reader:
 def automorphism_mismatch(topo: Topology, perm: list[int]) -> str | None:
     """Why the rank permutation ``perm`` is not an automorphism of ``topo``, or None if it is.
 
-    First every ordered GPU pair must keep its route bandwidth (skipped above PAIR_CHECK_GPUS GPUs; it
-    only gives a clearer message); then the GPU map must extend to the whole graph (switches and NICs
-    too) with equal bandwidth and latency on every mapped edge (VF2 with the GPUs pinned).
+    A map of the whole graph grown from the GPUs and checked edge by edge (:func:`_extends`) proves most
+    automorphisms at once. Otherwise, first every ordered GPU pair must keep its route bandwidth (skipped
+    above PAIR_CHECK_GPUS GPUs; it only gives a clearer message); then the GPU map must extend to the whole
+    graph (switches and NICs too) with equal bandwidth and latency on every mapped edge (VF2 with the GPUs
+    pinned).
     """
+    if _extends(topo.graph, perm):
+        return None
     ranks = topo.gpus
     if len(ranks) <= PAIR_CHECK_GPUS:
         for a in ranks:
@@ -517,6 +521,53 @@ def automorphism_mismatch(topo: Topology, perm: list[int]) -> str | None:
     return None
 
 
+def _extends(graph: nx.DiGraph, perm: list[int]) -> bool:
+    """True when an explicit map of the whole graph that moves GPU r to ``perm[r]`` is found and checked: the
+    proof :func:`automorphism_mismatch` would get from VF2, at a fraction of its cost on a large machine.
+
+    The map is grown from the GPUs: a switch or NIC not yet mapped is told apart by its kind and by which mapped
+    vertices send to it and receive from it; where exactly one vertex on each side has a signature, the two
+    are paired (the signatures of a vertex and of its image must agree under any automorphism that extends
+    ``perm``). The map found is then checked as VF2 would check it: one to one, of the same kinds, and every
+    edge mapped onto an edge of equal bandwidth and latency (so, edges being as many on both sides, onto
+    all of them). False means no proof here, not that there is none (ties the signatures cannot break)."""
+    kind = graph.nodes
+    m = {r: p for r, p in enumerate(perm)}
+    if any(kind[r]["kind"] != GPU or kind[p]["kind"] != GPU for r, p in m.items()):
+        return False
+    free = {v for v in graph if v not in m}
+    images = set(m.values())
+    if images != set(m):
+        return False
+    targets = set(free)
+    while free:
+        def side(v, inside, name):
+            return (kind[v]["kind"], frozenset(name(u) for u in graph.predecessors(v) if u in inside),
+                    frozenset(name(u) for u in graph.successors(v) if u in inside))
+        sources: dict = {}
+        for v in free:
+            sources.setdefault(side(v, m, m.__getitem__), []).append(v)
+        found: dict = {}
+        for w in targets:
+            found.setdefault(side(w, images, lambda u: u), []).append(w)
+        paired = [(vs[0], found[key][0]) for key, vs in sources.items()
+                  if len(vs) == 1 and len(found.get(key, ())) == 1 and (key[1] or key[2])]
+        if not paired:
+            return False
+        for v, w in paired:
+            m[v] = w
+            images.add(w)
+            free.discard(v)
+            targets.discard(w)
+    if len(set(m.values())) != len(m):
+        return False
+    for u, v, d in graph.edges(data=True):
+        e = graph.get_edge_data(m[u], m[v])
+        if e is None or e["bw"] != d["bw"] or float(e["latency"]) != float(d["latency"]):
+            return False
+    return True
+
+
 def _pinned(graph: nx.DiGraph, pin) -> nx.DiGraph:
     out = nx.DiGraph()
     for v, kind in graph.nodes(data="kind"):
@@ -528,7 +579,7 @@ def _pinned(graph: nx.DiGraph, pin) -> nx.DiGraph:
 
 # --- a default sketch -----------------------------------------------------------------------------------
 def derive_sketch(topology: Topology) -> Sketch:
-    """A sensible starting sketch for ``topology``.
+    """A sensible starting sketch for ``topology`` (made once per machine: the CLI shows the one milp uses).
 
     - In the node: each in-node switch vertex of node 0 joining two or more GPUs becomes a switch list
       (strategy ``switch``, ``uc-min``: fewer distinct connections, fewer channels); without switches
@@ -542,6 +593,10 @@ def derive_sketch(topology: Topology) -> Sketch:
       because GPUs share NICs in pairs; NDv2: 4), then ``[G, nodes * G]`` across nodes.
     - ``chunkup`` 1.
     """
+    return topology.derived(("sketch",), lambda: _derive_sketch(topology))
+
+
+def _derive_sketch(topology: Topology) -> Sketch:
     G, N = topology.gpus_per_node, topology.nodes
     if not G:
         raise CollsError("the machine's nodes have different GPU counts; a sketch needs equal nodes",
