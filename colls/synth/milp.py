@@ -285,6 +285,7 @@ class _Builder:
                                      f"connections do not map onto themselves under it")
                 continue
             perms.append(perm)
+        problem.generators = perms
         problem.group = closure(perms, n)
         return problem
 

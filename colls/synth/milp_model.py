@@ -62,6 +62,7 @@ class Problem:
     senders_of: tuple | None         # local GPU -> allowed senders (None: any)
     own_chunks_first: bool
     group: list = field(default_factory=list)   # rank permutations (the identity first)
+    generators: list = field(default_factory=list)  # the permutations ``group`` is the closure of (checked)
     switch_pairs: frozenset = frozenset()       # connections inside a sketch switch list
     switch_strategy: str | None = None          # "uc-min" | "uc-max" | None
     link_strategy: str | None = None            # "minmax" | "maxmin" | None
@@ -229,12 +230,24 @@ def greedy(problem: Problem, cands: dict, orbits: dict, shared_times: bool) -> d
         out_of[c] = out
     chosen: dict = {}
     heap: list = []
+    images: dict = {}       # (c, u, v) -> per orbit member (its arrivals, its u, its links): looked up once
 
     def begin(img, g, u, v):
         return max([have[img][g[u]]] + [free[link] for link in conns[g[u], g[v]].links])
 
     def ready(c, u, v):
-        return max(begin(img, g, u, v) for g, img in orbits[c]) + conns[u, v].alpha + conns[u, v].beta
+        key = (c, u, v)
+        if key not in images:
+            images[key] = [(have[img], g[u], conns[g[u], g[v]].links) for g, img in orbits[c]]
+        latest = 0
+        for arrived, gu, links in images[key]:
+            t = arrived[gu]
+            for link in links:
+                if free[link] > t:
+                    t = free[link]
+            if t > latest:
+                latest = t
+        return latest + conns[u, v].alpha + conns[u, v].beta
 
     def push(c, u):
         for v in out_of[c][u]:
@@ -343,11 +356,12 @@ def solve(problem: Problem, settings: Settings) -> Solution:
     for c in range(len(problem.chunks)):
         ch = problem.chunks[c]
         rep, g = origin[c]
+        back = _inverse(g) if shared and rep != c else None
         for w in sorted({ch.src} | {w for e in cands[c] for w in e}):
             if w == ch.src:
                 arrive[c, w] = 0
-            elif shared and rep != c:
-                arrive[c, w] = arrive[rep, _inverse(g)[w]]
+            elif back is not None:
+                arrive[c, w] = arrive[rep, back[w]]
             else:
                 arrive[c, w] = m.new_int_var(0, horizon, f"a{c}_{w}")
     for c in (orbits if shared else range(len(problem.chunks))):
@@ -429,7 +443,7 @@ def solve(problem: Problem, settings: Settings) -> Solution:
 def _orbits(problem: Problem, group: list) -> tuple[dict, dict]:
     """Representative chunk -> [(g, image chunk)] (the identity first), and chunk -> (its
     representative, the group element that maps the representative onto it)."""
-    maps = [chunk_map(problem, list(g)) for g in group]
+    maps = _maps(problem, group)
     orbits, origin = {}, {}
     for c in range(len(problem.chunks)):
         if c in origin:
@@ -440,6 +454,30 @@ def _orbits(problem: Problem, group: list) -> tuple[dict, dict]:
                 origin[mp[c]] = (c, g)
                 orbits[c].append((g, mp[c]))
     return orbits, origin
+
+
+def _maps(problem: Problem, group: list) -> list:
+    """:func:`chunk_map` of every element of ``group``, composed from those of ``problem.generators`` in
+    :func:`closure`'s order: an element is a product of generators, each of which maps the chunks, the
+    connections and the relay rule onto themselves (checked once, by :func:`chunk_map`), so the product does
+    too, and its chunk map is the product of theirs (chunks alike map in order under each factor, so in
+    order under the product). Checking every element instead costs chunks x destinations x elements."""
+    count = len(problem.chunks)
+    ident = tuple(range(problem.nranks))
+    maps = {ident: list(range(count))}
+    if len(group) > 1:
+        gens = [(p, chunk_map(problem, list(p))) for p in problem.generators]
+        frontier = [ident]
+        while frontier:
+            nxt = []
+            for g in frontier:
+                for p, mp in gens:
+                    h = tuple(p[g[r]] for r in range(problem.nranks))
+                    if h not in maps:
+                        maps[h] = [mp[i] for i in maps[g]]
+                        nxt.append(h)
+            frontier = nxt
+    return [maps[tuple(g)] for g in group]
 
 
 def _inverse(g) -> list:
