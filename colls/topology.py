@@ -318,7 +318,12 @@ class Topology:
         return {v: lab for v, lab in best.items() if v != a}
 
     def route_bandwidth(self, route: Route) -> Fraction:
-        return min(self.bw(u, v) for u, v in zip(route, route[1:]))
+        """The narrowest link of ``route`` (remembered per route: synthesis asks for the same ones often)."""
+        memo = self._index.setdefault("route_bw", {})
+        bw = memo.get(route)
+        if bw is None:
+            bw = memo[route] = min(self.bw(u, v) for u, v in zip(route, route[1:]))
+        return bw
 
     def route_latency(self, route: Route) -> float:
         return sum(self.latency(u, v) for u, v in zip(route, route[1:]))

@@ -22,6 +22,7 @@ from colls.simulate import SIZE_MULTIPLIED, parse_sizes, served, simulate, size_
 from colls.simulate.engine import Machine, run
 from colls.runtimes.costs import for_protocol, tb_rate
 from colls.verify import verify
+from colls.topology import Topology
 
 DATA = Path(__file__).parent / "data"
 MACHINES = {
@@ -50,11 +51,10 @@ def unit(program, kind: str) -> int:
 
 
 def scaled(topo, factor):
-    t = copy.deepcopy(topo)
-    for _, _, d in t.graph.edges(data=True):
+    g = copy.deepcopy(topo.graph)
+    for _, _, d in g.edges(data=True):
         d["bw"] = d["bw"] * factor
-    t._routes.clear()
-    return t
+    return Topology(topo.name, g, topo.nodes, topo.gpus_per_node, dict(topo.meta))
 
 
 cases = st.tuples(st.sampled_from(sorted(MACHINES)), st.sampled_from(("ring", "direct", "trees")),
