@@ -169,6 +169,9 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
             continue
         p.nccl, notes = done
         p.notes = notes + p.notes
+    for p in plans:
+        if not any(m.variants for m in p.methods):
+            p.notes.append("no method made a file: the runtime keeps every size")
     # 2. each method's files at each size, only as far as they could beat the runtime's time less the margin
     cells = []
     for p in plans:
@@ -210,7 +213,7 @@ def _runtime_times(topology, kind: str, root: int, target: str, sizes: list, bou
         default = RuntimeDefault(topology, kind, root=root, target=target)
     except CollsError as e:
         return [None] * len(sizes), [f"no algorithm of the runtime could be modelled ({e.reason}); every size "
-                                     "goes to the fastest file"]
+                                     "goes to the fastest file a method made"]
     times = {i: default.time(sizes[i], bound)
              for i in reversed(range(len(sizes)))}
     return [times[i] for i in range(len(sizes))], list(default.notes)

@@ -338,3 +338,11 @@ def test_max_threadblocks_bounds_every_file(tmp_path):
         program = msccl.parse((out / path).read_text() if not os.path.isabs(path) else open(path).read())[0]
         assert program.max_tbs() <= 16
     assert "threadblocks/GPU" in (out / "README.md").read_text()
+
+
+def test_a_collective_no_method_makes_says_the_runtime_keeps_every_size():
+    from colls.inputs import hardware as hw
+    plans = comp.plan(hw.load_topology("dgx-a100"), ["alltoall"], sizes=[1 << 20], methods=("trees",))
+    assert not any(m.variants for m in plans[0].methods)
+    assert plans[0].ranges[0].winner is None
+    assert "no method made a file: the runtime keeps every size" in plans[0].notes
