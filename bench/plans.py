@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from colls import mscclpp, tune  # noqa: E402
 from colls.collectives import Collective  # noqa: E402
 from colls.errors import CollsError  # noqa: E402
+from colls.compile import milp_settings  # noqa: E402
 from colls.inputs import hardware  # noqa: E402
 from colls.verify.plan import proved_plan  # noqa: E402
 
@@ -30,7 +31,7 @@ PROFILES = ("dgx-a100", "dgx-h100", "dgx2", "ndv2", "mi250")
 NODES = (1, 2)
 METHODS = ("ring", "direct", "trees", "milp")
 KINDS = ("allgather", "reducescatter", "allreduce", "alltoall")
-MILP = {"time_limit": 2.0}      # colls compile's budget (colls.compile.MILP_TIME_LIMIT)
+MILP = milp_settings()          # colls compile's budget and gap
 
 
 def case(topo, method: str, kind: str) -> dict:
