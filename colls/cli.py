@@ -413,8 +413,9 @@ NCCL_STEPS_BYTES = 8          # a buffer holds NCCL_STEPS slots of at least a by
                    "with env.sh for 0.8 and register_plans.py for current MSCCL++).")
 @click.option("--root", type=Whole(0, MAX_NODES * MAX_COPIES), default=None,
               help="Root rank of broadcast/reduce (a file serves one root only).")
-@click.option("--methods", default=",".join(("ring", "direct", "trees", "milp")), show_default=True,
-              metavar="LIST", help="The methods to try, comma-separated (hier only when named).")
+@click.option("--methods", default=None, metavar="LIST",
+              help="The methods to try, comma-separated (default: ring,direct,trees,milp, and hier on more than "
+                   "one node).")
 @click.option("--sizes", default="1KB:1GB:4", show_default=True,
               help="The call sizes to simulate and choose at (as colls simulate --sizes); ranges change "
                    "hands only at these sizes.")
@@ -442,8 +443,8 @@ def compile_cmd(hardware, nodes, collective, output, target, root, methods, size
     """
     from colls import compile as comp
     from colls.simulate import parse_sizes
-    names = [m.strip() for m in methods.split(",") if m.strip()]
     known = comp.METHODS + comp.OPTIONAL_METHODS
+    names = known if methods is None else [m.strip() for m in methods.split(",") if m.strip()]
     bad = [m for m in names if m not in known]
     if not names or bad or len(set(names)) != len(names):
         raise CollsError(f"expected a comma list of distinct {', '.join(known)}, got {excerpt(methods)}",
@@ -459,6 +460,8 @@ def compile_cmd(hardware, nodes, collective, output, target, root, methods, size
     _check_root_given(kinds, root, collective)
     comp.check_out(output)
     topo = _load(hardware, nodes)
+    if methods is None:
+        names = list(comp.default_methods(topo))
     if root is not None:
         _check_root(root, topo)
     milp_options = {}

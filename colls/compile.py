@@ -1,7 +1,7 @@
 """``colls compile``: the fastest file for every range of call sizes, in a folder a runtime loads as is.
 
 For each collective asked for, every method (:data:`METHODS`: ring, direct, trees, milp; and hier, of
-:data:`OPTIONAL_METHODS`, when ``--methods`` names it) synthesizes a schedule once; each is lowered again with 1, 2, 4 and 8 independent copies (``--instances``) while the
+:data:`OPTIONAL_METHODS`, on more than one node or when ``--methods`` names it) synthesizes a schedule once; each is lowered again with 1, 2, 4 and 8 independent copies (``--instances``) while the
 copies get channels of their own and the target loads the result, and every copy count runs at each
 protocol (LL, LL128, Simple). The simulator (:mod:`colls.simulate`) times the fastest of those per method at every call size (the search skips a
 configuration only when a proven lower bound shows it cannot win by more than 0.1 %, :class:`colls.simulate.baseline.
@@ -51,9 +51,18 @@ from colls.simulate import Timing, parse_sizes, served, size_text
 from colls.simulate.baseline import Fastest, RuntimeDefault
 
 METHODS = ("ring", "direct", "trees", "milp")
-# methods compile runs only when --methods names them: hier (node trees and rail rings) is made for machines of
-# many nodes, where it is the one method whose steps grow with the nodes over the GPUs per node
+# methods compile runs on machines of more than one node (or when --methods names them): hier (the node's trees
+# joined along the rails) is made for machines of many nodes, where it is the one method whose steps grow with the
+# nodes over the GPUs per node; on one node it has no hierarchy
 OPTIONAL_METHODS = ("hier",)
+
+
+def default_methods(topology) -> tuple:
+    """The methods compile tries on ``topology`` when none are named: :data:`METHODS`, and hier on more than one
+    node."""
+    return METHODS + (OPTIONAL_METHODS if topology.nodes > 1 else ())
+
+
 COPIES = (1, 2, 4, 8, 16, 32)
 # milp's solver budget per stage in compile, CP-SAT deterministic seconds (synth's default is 10): measured on a
 # 2-core AMD EPYC, the 4 x DGX A100 alltoall reaches at 0.5 the schedule it has at 10 (34.06 us, 82 s of wall
@@ -128,7 +137,7 @@ class Plan:
         raise IndexError(i)
 
 
-def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes=None, methods=METHODS,
+def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes=None, methods=None,
          sketch=None, milp_options: dict | None = None, jobs: int = 1, margin: float | None = None,
          max_threadblocks: int | None = None, progress: Callable[[str], None] = lambda line: None) -> list[Plan]:
     """Synthesize, simulate and choose, for each collective in ``kinds`` (nothing is written).
@@ -136,7 +145,9 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
     ``margin``: how much faster (a fraction) a file must be than the runtime's own algorithm to take a size;
     None: the model's measured error in the size's band (:func:`colls.runtimes.calibration.margin`).
     ``max_threadblocks``: every file within that many threadblocks per GPU (the methods fit their counts and
-    copies to it; :func:`colls.pipeline.budgeted`); the runtime's own algorithm is modelled as it runs."""
+    copies to it; :func:`colls.pipeline.budgeted`); the runtime's own algorithm is modelled as it runs.
+    ``methods``: default :func:`default_methods`."""
+    methods = default_methods(topology) if methods is None else methods
     sizes = sorted(set(sizes or parse_sizes(DEFAULT_SIZES)))
     margins = [margin if margin is not None else calibration.margin(s)[0] for s in sizes]
     milp = milp_settings(milp_options, sketch)
@@ -658,10 +669,11 @@ def to_json(plans, directory: str, written: list, target: str) -> dict:
 # min <= bytes < max and the current min <= bytes <= max select the same plan for every size the executor
 # accepts (a multiple of 16 bytes).
 
-def plan_mscclpp(topology, kinds, *, sizes=None, methods=METHODS, sketch=None, milp_options: dict | None = None,
+def plan_mscclpp(topology, kinds, *, sizes=None, methods=None, sketch=None, milp_options: dict | None = None,
                  jobs: int = 1, margin: float | None = None, max_threadblocks: int | None = None,
                  progress: Callable[[str], None] = lambda line: None) -> list[Plan]:
     """:func:`plan` for MSCCL++ plans (nothing is written)."""
+    methods = default_methods(topology) if methods is None else methods
     sizes = sorted(set(sizes or parse_sizes(DEFAULT_SIZES)))
     margins = [margin if margin is not None else calibration.margin(s)[0] for s in sizes]
     milp = milp_settings(milp_options, sketch)

@@ -346,3 +346,13 @@ def test_a_collective_no_method_makes_says_the_runtime_keeps_every_size():
     assert not any(m.variants for m in plans[0].methods)
     assert plans[0].ranges[0].winner is None
     assert "no method made a file: the runtime keeps every size" in plans[0].notes
+
+
+def test_hier_is_among_the_default_methods_on_more_than_one_node(small, tmp_path):
+    from colls.inputs import hardware as hw
+    assert comp.default_methods(hw.load_topology(small, nodes=1)) == comp.METHODS
+    assert comp.default_methods(hw.load_topology(small, nodes=2)) == comp.METHODS + ("hier",)
+    r = run("compile", "--hardware", small, "--nodes", "2", "--collective", "allgather", "--sizes", "64KB",
+            "--time-limit", "0.2", "-o", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    assert "synthesizing with ring, direct, trees, milp, hier for allgather" in r.stderr
