@@ -274,19 +274,20 @@ class _Builder:
                           switch_pairs=switch_pairs, switch_strategy=strategy,
                           link_strategy=sk.strategy if sk.strategy in ("minmax", "maxmin") else None,
                           unit_us=unit, any_path=kind == "broadcast")
-        perms = []
+        perms, maps = [], []
         for offset, group in sk.symmetry:
             perm = symmetry_permutation(n, offset, group)
             if kind == "broadcast":
                 problem.notes.append(f"symmetry [{offset}, {group}] dropped: it moves the root")
                 continue
-            if chunk_map(problem, perm) is None:
+            mp = chunk_map(problem, perm)
+            if mp is None:
                 problem.notes.append(f"symmetry [{offset}, {group}] dropped: the sketch's relay "
                                      f"connections do not map onto themselves under it")
                 continue
             perms.append(perm)
-        problem.generators = perms
-        problem.group = closure(perms, n)
+            maps.append(mp)
+        problem.group, problem.chunk_maps = closure(perms, n, maps, len(items))
         return problem
 
     def run(self, name: str, problem: Problem):

@@ -62,7 +62,7 @@ class Problem:
     senders_of: tuple | None         # local GPU -> allowed senders (None: any)
     own_chunks_first: bool
     group: list = field(default_factory=list)   # rank permutations (the identity first)
-    generators: list = field(default_factory=list)  # the permutations ``group`` is the closure of (checked)
+    chunk_maps: dict = field(default_factory=dict)  # element of ``group`` -> its chunk map (:func:`closure`)
     switch_pairs: frozenset = frozenset()       # connections inside a sketch switch list
     switch_strategy: str | None = None          # "uc-min" | "uc-max" | None
     link_strategy: str | None = None            # "minmax" | "maxmin" | None
@@ -193,23 +193,28 @@ def chunk_map(problem: Problem, perm: list) -> dict | None:
     return out
 
 
-def closure(perms: list, n: int) -> list:
-    """The group the permutations generate (the identity first), in a deterministic order."""
+def closure(perms: list, n: int, maps: list, count: int) -> tuple[list, dict]:
+    """The group the permutations generate (the identity first), in a deterministic order, and each element's
+    chunk map (:func:`chunk_map`) composed from ``maps``, those of ``perms`` (of ``count`` chunks): an element is
+    a product of the permutations, each of which maps the chunks, the connections and the relay rule onto
+    themselves (checked by :func:`chunk_map`), so the product does too, and its chunk map is the product of
+    theirs (chunks alike map in order under each factor, so in order under the product). Checking every
+    element instead costs chunks x destinations x elements."""
     ident = tuple(range(n))
     group = [ident]
-    seen = {ident}
+    of = {ident: list(range(count))}
     frontier = [ident]
     while frontier:
         nxt = []
         for g in frontier:
-            for p in perms:
+            for p, mp in zip(perms, maps):
                 h = tuple(p[g[r]] for r in range(n))
-                if h not in seen:
-                    seen.add(h)
+                if h not in of:
+                    of[h] = [mp[i] for i in of[g]]
                     group.append(h)
                     nxt.append(h)
         frontier = nxt
-    return group
+    return group, of
 
 
 # --- greedy start -------------------------------------------------------------------------------------
@@ -232,22 +237,22 @@ def greedy(problem: Problem, cands: dict, orbits: dict, shared_times: bool) -> d
     heap: list = []
     images: dict = {}       # (c, u, v) -> per orbit member (its arrivals, its u, its links): looked up once
 
+    def earliest(arrived, gu, links):
+        """When a transfer from ``gu`` may start: its chunk there, and each of its links free."""
+        t = arrived[gu]
+        for link in links:
+            if free[link] > t:
+                t = free[link]
+        return t
+
     def begin(img, g, u, v):
-        return max([have[img][g[u]]] + [free[link] for link in conns[g[u], g[v]].links])
+        return earliest(have[img], g[u], conns[g[u], g[v]].links)
 
     def ready(c, u, v):
         key = (c, u, v)
         if key not in images:
             images[key] = [(have[img], g[u], conns[g[u], g[v]].links) for g, img in orbits[c]]
-        latest = 0
-        for arrived, gu, links in images[key]:
-            t = arrived[gu]
-            for link in links:
-                if free[link] > t:
-                    t = free[link]
-            if t > latest:
-                latest = t
-        return latest + conns[u, v].alpha + conns[u, v].beta
+        return max(earliest(*member) for member in images[key]) + conns[u, v].alpha + conns[u, v].beta
 
     def push(c, u):
         for v in out_of[c][u]:
@@ -443,7 +448,7 @@ def solve(problem: Problem, settings: Settings) -> Solution:
 def _orbits(problem: Problem, group: list) -> tuple[dict, dict]:
     """Representative chunk -> [(g, image chunk)] (the identity first), and chunk -> (its
     representative, the group element that maps the representative onto it)."""
-    maps = _maps(problem, group)
+    maps = [problem.chunk_maps[tuple(g)] for g in group]
     orbits, origin = {}, {}
     for c in range(len(problem.chunks)):
         if c in origin:
@@ -454,30 +459,6 @@ def _orbits(problem: Problem, group: list) -> tuple[dict, dict]:
                 origin[mp[c]] = (c, g)
                 orbits[c].append((g, mp[c]))
     return orbits, origin
-
-
-def _maps(problem: Problem, group: list) -> list:
-    """:func:`chunk_map` of every element of ``group``, composed from those of ``problem.generators`` in
-    :func:`closure`'s order: an element is a product of generators, each of which maps the chunks, the
-    connections and the relay rule onto themselves (checked once, by :func:`chunk_map`), so the product does
-    too, and its chunk map is the product of theirs (chunks alike map in order under each factor, so in
-    order under the product). Checking every element instead costs chunks x destinations x elements."""
-    count = len(problem.chunks)
-    ident = tuple(range(problem.nranks))
-    maps = {ident: list(range(count))}
-    if len(group) > 1:
-        gens = [(p, chunk_map(problem, list(p))) for p in problem.generators]
-        frontier = [ident]
-        while frontier:
-            nxt = []
-            for g in frontier:
-                for p, mp in gens:
-                    h = tuple(p[g[r]] for r in range(problem.nranks))
-                    if h not in maps:
-                        maps[h] = [mp[i] for i in maps[g]]
-                        nxt.append(h)
-            frontier = nxt
-    return [maps[tuple(g)] for g in group]
 
 
 def _inverse(g) -> list:
