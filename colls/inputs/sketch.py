@@ -540,10 +540,12 @@ def _extends(graph: nx.DiGraph, perm: list[int]) -> bool:
     if images != set(m):
         return False
     targets = set(free)
+
+    def side(v, inside, name):
+        return (kind[v]["kind"], frozenset(name(u) for u in graph.predecessors(v) if u in inside),
+                frozenset(name(u) for u in graph.successors(v) if u in inside))
+
     while free:
-        def side(v, inside, name):
-            return (kind[v]["kind"], frozenset(name(u) for u in graph.predecessors(v) if u in inside),
-                    frozenset(name(u) for u in graph.successors(v) if u in inside))
         sources: dict = {}
         for v in free:
             sources.setdefault(side(v, m, m.__getitem__), []).append(v)
