@@ -444,12 +444,14 @@ def compile_cmd(hardware, nodes, collective, output, target, root, methods, size
     from colls import compile as comp
     from colls.simulate import parse_sizes
     known = comp.METHODS + comp.OPTIONAL_METHODS
-    names = known if methods is None else [m.strip() for m in methods.split(",") if m.strip()]
-    bad = [m for m in names if m not in known]
-    if not names or bad or len(set(names)) != len(names):
-        raise CollsError(f"expected a comma list of distinct {', '.join(known)}, got {excerpt(methods)}",
-                         key="--methods")
-    if (sketch_path is not None or time_limit is not None) and "milp" not in names:
+    names = None            # compile's default for the machine (colls.compile.default_methods)
+    if methods is not None:
+        names = [m.strip() for m in methods.split(",") if m.strip()]
+        bad = [m for m in names if m not in known]
+        if not names or bad or len(set(names)) != len(names):
+            raise CollsError(f"expected a comma list of distinct {', '.join(known)}, got {excerpt(methods)}",
+                             key="--methods")
+    if (sketch_path is not None or time_limit is not None) and names is not None and "milp" not in names:
         raise CollsError("applies to method milp, which --methods leaves out",
                          key="--sketch" if sketch_path is not None else "--time-limit")
     size_list = parse_sizes(sizes, "--sizes")
@@ -460,8 +462,6 @@ def compile_cmd(hardware, nodes, collective, output, target, root, methods, size
     _check_root_given(kinds, root, collective)
     comp.check_out(output)
     topo = _load(hardware, nodes)
-    if methods is None:
-        names = list(comp.default_methods(topo))
     if root is not None:
         _check_root(root, topo)
     milp_options = {}

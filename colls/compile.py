@@ -147,10 +147,7 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
     ``max_threadblocks``: every file within that many threadblocks per GPU (the methods fit their counts and
     copies to it; :func:`colls.pipeline.budgeted`); the runtime's own algorithm is modelled as it runs.
     ``methods``: default :func:`default_methods`."""
-    methods = default_methods(topology) if methods is None else methods
-    sizes = sorted(set(sizes or parse_sizes(DEFAULT_SIZES)))
-    margins = [margin if margin is not None else calibration.margin(s)[0] for s in sizes]
-    milp = milp_settings(milp_options, sketch)
+    methods, sizes, margins, milp = _settings(topology, methods, sizes, margin, milp_options, sketch)
     plans, collectives = [], []
     for kind in kinds:
         rooted = kind in ("broadcast", "reduce")
@@ -212,6 +209,16 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
 
 
 RUNTIME = "runtime"     # in plan's first stage: the task that times the runtime's own algorithms
+
+
+def _settings(topology, methods, sizes, margin, milp_options, sketch) -> tuple:
+    """What :func:`plan` and :func:`plan_mscclpp` run with: the methods (default :func:`default_methods`), the sizes
+    sorted (default :data:`DEFAULT_SIZES`), each size's margin (given, or the model's measured error there) and
+    milp's options (:func:`milp_settings`)."""
+    methods = default_methods(topology) if methods is None else methods
+    sizes = sorted(set(sizes or parse_sizes(DEFAULT_SIZES)))
+    margins = [margin if margin is not None else calibration.margin(s)[0] for s in sizes]
+    return methods, sizes, margins, milp_settings(milp_options, sketch)
 
 
 def milp_settings(options: dict | None = None, sketch=None) -> dict:
@@ -673,10 +680,7 @@ def plan_mscclpp(topology, kinds, *, sizes=None, methods=None, sketch=None, milp
                  jobs: int = 1, margin: float | None = None, max_threadblocks: int | None = None,
                  progress: Callable[[str], None] = lambda line: None) -> list[Plan]:
     """:func:`plan` for MSCCL++ plans (nothing is written)."""
-    methods = default_methods(topology) if methods is None else methods
-    sizes = sorted(set(sizes or parse_sizes(DEFAULT_SIZES)))
-    margins = [margin if margin is not None else calibration.margin(s)[0] for s in sizes]
-    milp = milp_settings(milp_options, sketch)
+    methods, sizes, margins, milp = _settings(topology, methods, sizes, margin, milp_options, sketch)
     plans = []
     for kind in kinds:
         if kind not in ALL:
