@@ -74,7 +74,8 @@ MILP_TIME_LIMIT = 2.0
 # there at 0.05 deterministic s, 6.2 % above the bound, and the budget's 2 s (14 s of wall time) only proves it
 # optimal; the allreduce takes 36 s for the same. At 10 % they take 2 and 3.5 s, the same schedules. Measured at
 # 2 nodes of every shipped profile (alltoall, allreduce, allgather): the same schedules but the 2 x ndv2
-# alltoall's, 342.7 us in the model against 338.1 (1.3 %), well within what the model misses of the simulated time
+# alltoall's, 342.7 us in the model against 338.1 (1.3 %), well within what the model misses of the simulated time;
+# on 1 x ndv2 the allgather, reducescatter and allreduce stop at other schedules too (bench/PLANS.md)
 MILP_GAP = 0.1
 DEFAULT_SIZES = "1KB:1GB:4"      # 1KB, 4KB, ..., 1GB: 11 sizes (the last range has no upper limit)
 ALL = ("allreduce", "allgather", "reducescatter", "alltoall")   # --collective all (+ rooted with --root)
