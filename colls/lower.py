@@ -155,11 +155,18 @@ def _lower_all(schedule: Schedule, target: Target, options: LowerOptions, sym: t
         base = min(len(lanes), max(1, target.max_channels // nseg))
         if base * nseg > target.max_channels:
             break
-        lane_chan = {lane: (k % base) * nseg for k, lane in enumerate(lanes)}
+        while True:     # lanes share channels where a rank's peers need channels of their own (_peer_parts)
+            lane_chan = {lane: (k % base) * nseg for k, lane in enumerate(lanes)}
+            cuts = _peer_parts(all_ops, nseg, nsteps, base, lane_chan, target)
+            if cuts is not None or base == 1:
+                break
+            base = (base + 1) // 2
+        if cuts and sym is not None:    # greedy parts, dealt rank by rank, need not be the same seen from every
+            raise _Asymmetric("peers moved to channels of their own")      # rank: lower the whole schedule
+        cuts = cuts or {}
         # connections cut at steps (channel c's part k on channel c + k x base x nseg): where a limit the
         # steps only approximate (options.fits) refuses a threadblock, the connections it uses are cut in
         # more parts, each on a channel of its own, before every threadblock is cut (the next nseg)
-        cuts: dict = {}
         while True:
             program, last_error, over = _lower_once(schedule, target, options, all_ops, nseg, nsteps, base,
                                                     len(lanes), lane_chan, cuts, limit_tbs, sym)
@@ -328,6 +335,41 @@ def _step_segment(step: int, nseg: int, nsteps: int) -> int:
     return min(nseg - 1, step * nseg // nsteps)
 
 
+def _peer_parts(all_ops: list, nseg: int, nsteps: int, base: int, lane_chan: dict, target: Target) -> dict:
+    """Connections moved whole to channels of their own where a rank has more send (receive) peers on one
+    channel than the target's threadblocks with a peer per channel: a tree's root or a NIC's GPU that sends
+    to a GPU on every other node (7 in its node and 31 across on 32 nodes of 8) cannot hold all of them on its
+    lane's channel, whatever the threadblocks. Connection (src, dst) of channel c goes to part k, channel
+    c + k x base x nseg (the parts :func:`_cut_more` cuts by steps; ``cuts`` of k times -1 put every step in
+    part k): of the fewest parts that hold them, the one with the fewest peers on both its ends that has room
+    for it, connections taken in order of (channel, src, dst). Empty where every channel fits; None where the
+    parts the channels leave room for cannot hold the peers (the caller puts more lanes on a channel, or
+    :func:`_check_peers` refuses the layout and says why)."""
+    limit = target.max_tbs_per_channel
+    width = base * nseg
+    conns = sorted({(lane_chan[op.lane] + _step_segment(op.step, nseg, nsteps), op.src, op.dst)
+                    for op in all_ops if not op.local})
+    sends, recvs = Counter((c, s) for c, s, _ in conns), Counter((c, d) for c, _, d in conns)
+    most = max(max(sends.values(), default=0), max(recvs.values(), default=0))
+    if not limit or most <= limit:
+        return {}
+    for parts in range(-(-most // limit), target.max_channels // width + 1):
+        used: dict = defaultdict(int)     # (rank, channel, part, "s" or "r") -> peers placed there
+        cuts: dict = {}
+        for c, src, dst in conns:
+            room = [k for k in range(parts) if used[(src, c, k, "s")] < limit and used[(dst, c, k, "r")] < limit]
+            if not room:
+                break
+            k = min(room, key=lambda k: (max(used[(src, c, k, "s")], used[(dst, c, k, "r")]), k))
+            used[(src, c, k, "s")] += 1
+            used[(dst, c, k, "r")] += 1
+            if k:
+                cuts[(src, dst, c)] = [-1] * k
+        else:
+            return cuts
+    return None
+
+
 def _cut_more(cuts: dict, over: list, all_ops: list, nseg: int, nsteps: int, base: int, lane_chan: dict,
               target: Target) -> bool:
     """Cut the connections the refused threadblocks ``over`` use (their receive and their send) in one
@@ -349,6 +391,8 @@ def _cut_more(cuts: dict, over: list, all_ops: list, nseg: int, nsteps: int, bas
                 steps[key].append(op.step)
     changed = False
     for key, at in steps.items():
+        if cuts.get(key, [0])[0] == -1:     # moved whole by _peer_parts: its peers' channel stays
+            continue
         parts = len(cuts.get(key, ())) + 2
         if parts * width > target.max_channels:
             return False

@@ -1,6 +1,7 @@
 """Lowering: every program it produces must verify (the verifier is the oracle), and it must respect
 the target's limits by splitting or refuse with a message naming the limit."""
 
+from collections import defaultdict
 from dataclasses import replace
 
 import pytest
@@ -279,23 +280,52 @@ def test_fusion_never_closes_a_wait_cycle():
     assert fused_steps(program) == 3
 
 
-def test_more_peers_on_a_channel_than_the_target_allows_are_refused_before_any_instruction(monkeypatch):
-    """A direct allgather of 40 ranks on one lane: each rank sends to 39 peers on one channel, and a threadblock
-    has one send peer, so exe's 32 threadblocks with a send peer per channel cannot hold it whatever the fusions;
-    that is refused from the ops alone (no instruction is made), with the count the laid-out threadblocks would
-    show. The older runtime has no such limit and lowers it."""
-    import colls.lower as lower_mod
-    n = 40
+def _direct_allgather_one_lane(n: int) -> Schedule:
     ops = [Op(0, r, r, "i", 0, "o", r) for r in range(n)]
     ops += [Op(0, r, q, "i", 0, "o", r) for r in range(n) for q in range(n) if q != r]
-    sched = Schedule(Collective("allgather", n), ops, "direct")
+    return Schedule(Collective("allgather", n), ops, "direct")
+
+
+def test_more_peers_on_a_channel_than_the_target_allows_are_refused_before_any_instruction(monkeypatch):
+    """A direct allgather of 40 ranks on one lane: each rank sends to 39 peers on one channel, and a threadblock
+    has one send peer, so exe's 32 threadblocks with a send peer per channel cannot hold it whatever the fusions.
+    With no second channel to move peers to (a target of one channel), that is refused from the ops alone (no
+    instruction is made), with the count the laid-out threadblocks would show. The older runtime has no such
+    limit and lowers it."""
+    import colls.lower as lower_mod
+    sched = _direct_allgather_one_lane(40)
 
     def no_instructions(*args, **kwargs):
         raise AssertionError("instructions were made")
 
+    one_channel = replace(TARGETS["exe"], max_channels=1)
     with monkeypatch.context() as m:
         m.setattr(lower_mod, "_instructions", no_instructions)
         with pytest.raises(CollsError, match="needs 39 threadblocks with a peer on one channel; exe allows 32"):
-            lower(sched, TARGETS["exe"])
+            lower(sched, one_channel)
     program = lower(sched, TARGETS["old"])
     assert verify.verify(program, TARGETS["old"]).ok
+
+
+def test_peers_beyond_a_channels_threadblocks_move_whole_to_a_channel_of_their_own():
+    """The same 40 ranks on exe, which has 32 channels: each rank's connections are shared between two channels,
+    at most 32 send and 32 receive peers on each, a connection whole on one of them (both its ends agree), and
+    the file proves correct."""
+    program = lower(_direct_allgather_one_lane(40), TARGETS["exe"])
+    check(program)
+    assert verify.verify(program, TARGETS["exe"]).ok
+    oracle.verdict_holds(program, seeds=3)
+    sends, recvs, chans = defaultdict(set), defaultdict(set), defaultdict(set)
+    for g in program.gpus:
+        for tb in g.tbs:
+            if tb.send >= 0:
+                sends[(g.id, tb.chan)].add(tb.send)
+                chans[(g.id, tb.send)].add(tb.chan)
+            if tb.recv >= 0:
+                recvs[(g.id, tb.chan)].add(tb.recv)
+    assert {c for g, c in sends} == {0, 1}
+    assert max(map(len, sends.values())) <= 32 and max(map(len, recvs.values())) <= 32
+    assert all(len(c) == 1 for c in chans.values())
+    # every connection: the sender's channel is the receiver's
+    recv_chan = {(g.id, tb.recv): tb.chan for g in program.gpus for tb in g.tbs if tb.recv >= 0}
+    assert all(recv_chan[(peer, gpu)] == next(iter(c)) for (gpu, peer), c in chans.items())
