@@ -419,3 +419,21 @@ def test_a_ring_count_stepped_down_for_a_limit_stays_a_power_of_two():
     n = c.program.nchunksperloop
     assert not n & (n - 1), n
     assert c.facts["rings_tried"] == [8, 4] and c.schedule.info["rings"] == 4
+
+
+@pytest.mark.parametrize("nodes", [4, 6])
+def test_allreduce_rings_of_identical_nodes_are_lowered_by_symmetry(nodes):
+    """A ring that enters each node by one GPU and leaves by another alternates them node by node, so rotating
+    the ranks by two nodes maps every ring onto itself. The allreduce's chunks are numbered by ring position
+    (position-major), so the chunks move with the ranks as the collective's rotation of c / N chunks per rank
+    moves them: the schedule has the rotation, and lowering one orbit of ranks and relabelling it makes the very
+    program every rank lowered makes."""
+    from colls import lower
+    from colls.inputs.hardware import load_topology
+    from colls.runtimes import get_target
+    topo = load_topology("dgx-a100", nodes)
+    schedule = ring.synthesize(topo, Collective("allreduce", topo.ngpus), rings=2)
+    assert schedule.rotation()[0] == 2 * topo.gpus_per_node
+    options = lower.LowerOptions(sms=topo.min_sms(), shape=topo.node_major())
+    assert lower.lower_by_symmetry(schedule, get_target("exe"), options) == lower.lower(schedule, get_target("exe"),
+                                                                                      options)

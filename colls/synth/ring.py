@@ -609,9 +609,10 @@ class _Planner:
 # --------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Lane:
-    """One ring's share: ``order`` of ranks, its lane, its offset ``base`` inside every rank block, the
-    ``k`` chunk columns it owns there (per segment for allreduce, broadcast and reduce), the chunk factor
-    ``c`` and the hop routes (``routes[p]``: from ``order[p]`` to ``order[p+1]``).
+    """One ring's share: ``order`` of ranks, its lane, its offset ``base`` inside every rank block (allreduce:
+    inside every ring position's block, :func:`_allreduce`), the ``k`` chunk columns it owns there (per segment
+    for allreduce, broadcast and reduce), the chunk factor ``c`` and the hop routes (``routes[p]``: from
+    ``order[p]`` to ``order[p+1]``).
 
     Every op moves one chunk: a ring is a cycle of connections, and the runtime's FIFO holds two
     messages per connection, so an op of several chunks (one message each when buffers are large) would
@@ -665,10 +666,16 @@ def _reducescatter(ln: _Lane) -> list[Op]:
 
 
 def _allreduce(ln: _Lane) -> list[Op]:
+    """Ring allreduce; the segment that ends reduced at ring position d is chunk ``d (c / N) + base + m`` of
+    column m (``base``: the lane's k columns within each position's ``c / N`` chunks). Position-major, so that
+    a ring that rotation by d ranks maps onto itself (each node's GPUs in the same order) gives, with its
+    chunks, the schedule back under the collective's rotation of ``c / N`` chunks per rank
+    (:meth:`Collective.rotation_slices`): the lowering and the proof then work on one orbit of ranks."""
     n, ops = ln.n, []
+    per = ln.c // n
     for m in range(ln.k):
         t0 = m * 2 * (n - 1)
-        seg = [ln.base + m * n + d for d in range(n)]  # segment d ends reduced at position d
+        seg = [d * per + ln.base + m for d in range(n)]  # segment d ends reduced at position d
         for p in range(n):
             for s in range(n - 1):
                 i = seg[(p - s - 1) % n]
@@ -798,7 +805,7 @@ def _ring_schedule(topology: Topology, coll: Collective, rings: list[Ring]) -> S
     ops: list[Op] = []
     for lane, ring in enumerate(rings):
         routes = tuple(topology.route(a, b) for a, b in _hops(ring.order, True))
-        ln = _Lane(ring.order, lane, lane * (c // nr), k, c, routes)
+        ln = _Lane(ring.order, lane, lane * k if coll.kind == "allreduce" else lane * (c // nr), k, c, routes)
         if coll.rooted:
             ops += (_broadcast if coll.kind == "broadcast" else _reduce)(ln, coll.root)
         else:
