@@ -326,8 +326,8 @@ def ring_program(topology: Topology, kind: str, orders: list[tuple], proto: str 
     """NCCL's ring ``kind`` (:data:`NATIVE_RING`) over ``orders`` (one ring per channel) as a whole Program,
     with every step's buffers: what :meth:`ring_machine` times, written out so that it can be proven
     (:func:`colls.verify.verify`) and drawn. One threadblock per rank and ring, ring ``L`` on channel
-    ``L``, chunk ``L x N + d`` of allreduce ring ``L``'s ``N`` segments and ``rank x rings + L`` of the
-    gathered or scattered buffers; allgather adds a local copy of the rank's own block, after its send.
+    ``L``, chunk ``d x rings + L`` of allreduce ring ``L``'s ``N`` segments (d: the ring position where it
+    ends reduced) and ``rank x rings + L`` of the gathered or scattered buffers (the ring method's layout); allgather adds a local copy of the rank's own block, after its send.
     NCCL's own kernel has no step limit, so neither has this program (as a file it would not load beyond
     32 ranks)."""
     tgt = get_target(target)
@@ -342,7 +342,7 @@ def ring_program(topology: Topology, kind: str, orders: list[tuple], proto: str 
         steps = []
         for j, t in enumerate(types):
             if kind == "allreduce":
-                off = ring * n + ((p - j - 1) % n if j < n else (p - (j - n + 1)) % n)
+                off = ((p - j - 1) % n if j < n else (p - (j - n + 1)) % n) * rings + ring
                 src, dst = ("i", "i") if j < n - 1 else ("i", "o") if j == n - 1 else ("o", "o")
             elif kind == "allgather":
                 off = ring if j == 0 else order[(p - j) % n] * rings + ring
