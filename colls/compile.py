@@ -44,11 +44,12 @@ from typing import Callable
 from colls import bound as bounds
 from colls import pipeline, tune
 from colls.collectives import Collective, busbw_factor
-from colls.errors import CollsError
+from colls.errors import CollsError, LimitError
 from colls.files import check_output, write_atomic
 from colls.runtimes import calibration, get_target
 from colls.simulate import Timing, parse_sizes, served, size_text
 from colls.simulate.baseline import Fastest, RuntimeDefault
+from colls.verify.execution import fifo_messages
 
 METHODS = ("ring", "direct", "trees", "milp")
 # methods compile runs on machines of more than one node (or when --methods names them): hier (the node's trees
@@ -296,7 +297,9 @@ def _variants(topology, coll, name, target, options, sizes=None) -> Method:
     runtime would run for none of ``sizes`` is left out with its copies (they have more chunks per loop
     still)."""
     m = Method(name)
-    first = _first(topology, coll, name, target, options, m, in_memory=True)
+    # simulated only: the files compile writes are lowered again with their byte ranges and proved then
+    # (lower_files), so the proof here would be a second one of the same threadblocks
+    first = _first(topology, coll, name, target, options, m, in_memory=True, prove=False)
     if first is None:
         return m
     ncpl = first.program.nchunksperloop
@@ -309,14 +312,15 @@ def _variants(topology, coll, name, target, options, sizes=None) -> Method:
 
 
 def _first(topology, coll, name, target, options, m: Method | None, make=tune.compile_fastest,
-           in_memory: bool = False):
+           in_memory: bool = False, prove: bool = True):
     """The method's file (in-place and out-of-place, or out-of-place only), made by ``make``; None and
-    ``m.refused`` set when it makes none. ``in_memory``: proved as built, not emitted (colls compile emits and
-    proves again the files it writes, each with its byte range)."""
+    ``m.refused`` set when it makes none. ``in_memory``: checked as built, not emitted (colls compile emits and
+    proves again the files it writes, each with its byte range); ``prove``: False checks the target's rules,
+    limits and deadlock freedom, not the result (:func:`colls.verify.verify`)."""
     for mode in ("both", "outofplace"):
         try:
             return make(topology, coll, name, target=target, mode=mode, options=options, instances=1,
-                        in_memory=in_memory)
+                        in_memory=in_memory, prove=prove)
         except CollsError as e:
             if m is not None:
                 m.refused = str(e)
@@ -403,17 +407,40 @@ def _chosen(plans):
 
 
 def lower_files(plans, target: str, jobs: int = 1) -> None:
-    """Lower and prove each range's file (with its byte range and protocol), in ``jobs`` processes; name it."""
-    chosen, tasks = [], []
+    """Lower and prove each range's file (with its byte range and protocol), in ``jobs`` processes; name it.
+    The files of one variant whose protocols hold as many messages per connection (LL and LL128) are one
+    task: the first is lowered, the others take its threadblocks (:func:`colls.pipeline.relower`), each
+    proved as written."""
+    groups: dict = {}
     for p, r, count, base in _chosen(plans):
         name, _, proto = r.winner
         root = f"-root{p.root}" if p.root is not None else ""
         r.file = f"{p.kind}{root}-{count:02d}-{name}-{proto}-x{base.facts['instances']}.xml"
-        chosen.append(r)
-        tasks.append((None, partial(pipeline.relower, base, proto=proto, min_bytes=r.min_bytes,
-                                    max_bytes=r.max_bytes)))
-    for r, compiled in zip(chosen, _in_processes(tasks, jobs, lambda line: None)):
-        r.compiled = compiled
+        groups.setdefault((id(base), fifo_messages(proto)), (base, []))[1].append(r)
+    tasks = [(None, partial(_lower_group, base, ranges)) for base, ranges in groups.values()]
+    for (_, ranges), compiled in zip(groups.values(), _in_processes(tasks, jobs, lambda line: None)):
+        for r, c in zip(ranges, compiled):
+            r.compiled = c
+
+
+def _lower_group(base, ranges) -> list:
+    """The files of ``ranges`` from ``base``, each lowered from the one before (:func:`lower_files`). A file
+    that the proof finds wrong for in-place calls serves out-of-place calls only (the same threadblocks, so
+    the same times; the runtime runs its own algorithm for in-place ones), as ``colls synth`` would make it
+    with ``--outofplace-only``: the variants were checked for deadlocks, not proved, before (:func:`_variants`)."""
+    out, last = [], base
+    for r in ranges:
+        settings = dict(proto=r.winner[2], min_bytes=r.min_bytes, max_bytes=r.max_bytes)
+        try:
+            last = pipeline.relower(last, **settings)
+        except LimitError:
+            raise
+        except CollsError as e:
+            if last.mode != "both" or "in-place" not in str(e):
+                raise
+            last = pipeline.relower(last, mode="outofplace", **settings)
+        out.append(last)
+    return out
 
 
 def write(plans, directory: str, topology, target: str) -> list[str]:

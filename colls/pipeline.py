@@ -29,6 +29,7 @@ from colls.errors import CollsError, LimitError
 from colls.files import write_atomic  # noqa: F401  (the last stage; lives with the safe file handling)
 from colls.program import PROTOCOLS, Program
 from colls.schedule import Schedule
+from colls.verify.execution import fifo_messages
 from colls.verify.report import symmetry_words
 from colls.sizes import size_text
 from colls.runtimes import MAX_OFFSET, Target, get_target
@@ -419,11 +420,26 @@ def _again(compiled: Compiled, progress, in_memory: bool, prove: bool, **changes
     if tgt.name == "old" and settings["max_bytes"] == 0:
         settings["max_bytes"] = OLD_NO_LIMIT
     with msccl.paused_gc():
-        if all(settings[k] == f[k] for k in ("instances", "proto", "min_bytes", "max_bytes")) \
-                and settings["mode"] == compiled.mode:      # the same program: only its checks are new
-            result = _finish(compiled.topology, compiled.base, compiled.schedule, compiled.program,
-                             compiled.method, tgt, compiled.mode, progress, in_memory, prove)
-        else:
+        result = None
+        if settings["instances"] == f["instances"] and settings["mode"] == compiled.mode \
+                and fifo_messages(settings["proto"]) == fifo_messages(f["proto"]):
+            # the same threadblocks: the lowering reads the protocol only for the messages a connection holds
+            # (LL and LL128 alike), and the byte range not at all; only the attributes and the checks are new
+            program = compiled.program
+            if (settings["proto"], settings["min_bytes"], settings["max_bytes"]) != \
+                    (program.proto, program.min_bytes, program.max_bytes):
+                program = replace(program, proto=settings["proto"], min_bytes=settings["min_bytes"],
+                                  max_bytes=settings["max_bytes"])
+            try:
+                result = _finish(compiled.topology, compiled.base, compiled.schedule, program, compiled.method,
+                                 tgt, compiled.mode, progress, in_memory, prove)
+            except LimitError:
+                raise
+            except CollsError:
+                if program is compiled.program:
+                    raise
+                result = None       # lowered afresh below, as any other change
+        if result is None:
             result = _lower(compiled.topology, compiled.base, compiled.method, tgt, progress=progress,
                             in_memory=in_memory, prove=prove, **settings)
     for key in _KEPT_FACTS:

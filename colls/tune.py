@@ -54,8 +54,11 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
     if instances is None:
         chosen, more = _fastest_copies(chosen, topology, score, timer)
         facts.update(more)
-    result = pipeline.proved(chosen, progress=settings.get("progress"), in_memory=settings.get("in_memory", False),
-                             prove=settings.get("prove", True))
+    if settings.get("in_memory") and not settings.get("prove", True):
+        result = chosen         # already made so: in memory, not proved
+    else:
+        result = pipeline.proved(chosen, progress=settings.get("progress"),
+                                 in_memory=settings.get("in_memory", False), prove=settings.get("prove", True))
     result.facts.update(facts)
     return result
 

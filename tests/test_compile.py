@@ -356,3 +356,29 @@ def test_hier_is_among_the_default_methods_on_more_than_one_node(small, tmp_path
             "--time-limit", "0.2", "-o", str(tmp_path / "out"))
     assert r.returncode == 0, r.stderr
     assert "synthesizing with ring, direct, trees, milp, hier for allgather" in r.stderr
+
+
+def test_variants_are_checked_for_deadlocks_and_the_written_files_proved(small, monkeypatch):
+    """The methods' variants are only simulated: checked for the target's rules, limits and deadlocks, not
+    proved (the proof runs once, on each file as written, with its byte range). A file the proof finds wrong
+    for in-place calls then serves out-of-place calls only, as synth's --outofplace-only makes it."""
+    from colls import pipeline
+    from colls.errors import CollsError
+    from colls.inputs import hardware
+    topo = hardware.load_topology(small, nodes=2)
+    plans = comp.plan(topo, ["allreduce"], methods=("ring", "trees"), sizes=[1024, 4 << 20], margin=0.0)
+    variants = [c for m in plans[0].methods for c in m.variants]
+    assert variants and not any(c.report.facts["semantics_checked"] for c in variants)
+    real = pipeline.relower
+
+    def no_in_place(compiled, **changes):
+        if changes.get("mode", compiled.mode) == "both":
+            raise CollsError("ring allreduce on small: the generated program does not verify for exe: in-place: "
+                             "rank 0 reads a chunk already overwritten; this schedule does not support in-place calls")
+        return real(compiled, **changes)
+
+    monkeypatch.setattr(pipeline, "relower", no_in_place)
+    comp.lower_files(plans, "exe")
+    files = [r.compiled for r in plans[0].ranges if r.winner is not None]
+    assert files and all(c.mode == "outofplace" and c.report.ok for c in files)
+    assert all(c.report.facts["semantics_checked"] for c in files)

@@ -169,3 +169,23 @@ def test_max_threadblocks_fits_the_method_or_names_the_budget():
         with pytest.raises(CollsError, match="threadblocks") as e:
             pipeline.compile_schedule(topo, coll, "ring", options={"max_threadblocks": bad}, in_memory=True)
         assert e.value.key == "--max-threadblocks"
+
+
+def test_a_protocol_with_as_many_messages_per_connection_keeps_the_threadblocks(monkeypatch):
+    """The lowering reads the protocol only for the messages a connection holds (LL and LL128: 8; Simple: 2)
+    and the byte range not at all, so an LL file relowered for LL128 (or another byte range) keeps its
+    threadblocks and is only checked and proved again; for Simple it is lowered afresh."""
+    from colls import lower
+    topo = hardware.load_topology("dgx-a100", nodes=2)
+    ll = pipeline.compile_schedule(topo, Collective("allgather", topo.ngpus), "ring", proto="LL")
+    calls = []
+    for name in ("lower", "lower_by_symmetry"):
+        real = getattr(lower, name)
+        monkeypatch.setattr(lower, name, lambda *a, _real=real, **k: calls.append(1) or _real(*a, **k))
+    ll128 = pipeline.relower(ll, proto="LL128", min_bytes=4096, max_bytes=1 << 20)
+    assert not calls
+    assert ll128.program.gpus is ll.program.gpus
+    assert (ll128.program.proto, ll128.program.min_bytes, ll128.program.max_bytes) == ("LL128", 4096, 1 << 20)
+    assert ll.program.proto == "LL" and ll128.report.ok and 'proto="LL128"' in ll128.text
+    simple = pipeline.relower(ll, proto="Simple")
+    assert calls and simple.report.ok and simple.program.proto == "Simple"
