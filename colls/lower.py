@@ -163,7 +163,7 @@ def _lower_all(schedule: Schedule, target: Target, options: LowerOptions, sym: t
             base = (base + 1) // 2
         if cuts and sym is not None:    # greedy parts, dealt rank by rank, need not be the same seen from every
             raise _Asymmetric("peers moved to channels of their own")      # rank: lower the whole schedule
-        cuts = cuts or {}
+        moved, cuts = bool(cuts), cuts or {}
         # connections cut at steps (channel c's part k on channel c + k x base x nseg): where a limit the
         # steps only approximate (options.fits) refuses a threadblock, the connections it uses are cut in
         # more parts, each on a channel of its own, before every threadblock is cut (the next nseg)
@@ -174,6 +174,9 @@ def _lower_all(schedule: Schedule, target: Target, options: LowerOptions, sym: t
                 return program
             if not over or not _cut_more(cuts, over, all_ops, nseg, nsteps, base, lane_chan, target):
                 break
+        if moved:   # more segments only leave fewer channels for the peers (or none): refused now, not after all
+            raise LimitError(f"{last_error}, once the peers one channel cannot hold have channels of their "
+                             f"own; try fewer --rings, --instances or --chunks, or another --method")
     raise LimitError(f"{last_error}, and splitting it across channels would need more than "
                      f"{target.max_channels} channels; try fewer --rings, --instances or --chunks"
                      + ("" if target.name == "old" else ", or --target old (256 steps)"))

@@ -329,3 +329,21 @@ def test_peers_beyond_a_channels_threadblocks_move_whole_to_a_channel_of_their_o
     # every connection: the sender's channel is the receiver's
     recv_chan = {(g.id, tb.recv): tb.chan for g in program.gpus for tb in g.tbs if tb.recv >= 0}
     assert all(recv_chan[(peer, gpu)] == next(iter(c)) for (gpu, peer), c in chans.items())
+
+
+def test_a_layout_that_fails_with_its_peers_moved_is_refused_at_once(monkeypatch):
+    """A direct alltoall on 8 x dgx-h100 (64 GPUs): 63 peers on each rank's channel, more than exe's 32, so
+    they are dealt over two; the steps then still do not fit a threadblock. More step segments would only
+    leave fewer channels for the peers, so the lowering refuses after that one layout, saying both."""
+    import colls.lower as lower_mod
+    from colls.inputs.hardware import load_topology
+    from colls.synth import get_method
+    topo = load_topology("dgx-h100", nodes=8)
+    schedule = get_method("direct")(topo, Collective("alltoall", topo.ngpus))
+    tried = []
+    real = lower_mod._lower_once
+    monkeypatch.setattr(lower_mod, "_lower_once", lambda *a, **k: tried.append(a[4]) or real(*a, **k))
+    with pytest.raises(CollsError, match="steps in one threadblock; exe allows 64, once the peers one channel "
+                                         "cannot hold have channels of their own"):
+        lower(schedule, TARGETS["exe"], LowerOptions(sms=topo.min_sms(), shape=topo.node_major()))
+    assert len(tried) == 1
