@@ -463,8 +463,8 @@ def _compile_method(topology, collective, method, target, instances, proto, min_
         return _compile_ring(topology, collective, tgt, options, settings)
     if method == "hier" and "unit" not in options:
         return _compile_hier(topology, collective, tgt, options, settings)
-    if method != "trees" or "trees_per_gpu" in options:
-        return _compile_once(topology, collective, method, tgt, options, **settings)
+    if method != "trees" or "trees_per_gpu" in options:     # planned: made with these very options
+        return _compile_once(topology, collective, method, tgt, options, schedule=planned, **settings)
     from colls.synth import trees
     candidates = trees.k_candidates(topology, collective)
     refused = []
