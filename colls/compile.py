@@ -324,9 +324,15 @@ def _first(topology, coll, name, target, options, m: Method | None, make=tune.co
         except CollsError as e:
             if m is not None:
                 m.refused = str(e)
-            if "in-place" not in str(e):
+            if not _refused_in_place(e):
                 return None
     return None
+
+
+def _refused_in_place(e: CollsError) -> bool:
+    """Whether the file was refused for its in-place calls (the proof's finding names them; the pipeline adds
+    that --outofplace-only makes the file): made for out-of-place calls only, it may still serve."""
+    return "in-place" in str(e)
 
 
 def _copies(first, m: Method) -> None:
@@ -436,7 +442,7 @@ def _lower_group(base, ranges) -> list:
         except LimitError:
             raise
         except CollsError as e:
-            if last.mode != "both" or "in-place" not in str(e):
+            if last.mode != "both" or not _refused_in_place(e):
                 raise
             last = pipeline.relower(last, mode="outofplace", **settings)
         out.append(last)

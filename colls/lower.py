@@ -338,7 +338,8 @@ def _step_segment(step: int, nseg: int, nsteps: int) -> int:
     return min(nseg - 1, step * nseg // nsteps)
 
 
-def _peer_parts(all_ops: list, nseg: int, nsteps: int, base: int, lane_chan: dict, target: Target) -> dict:
+def _peer_parts(all_ops: list, nseg: int, nsteps: int, base: int, lane_chan: dict,
+                target: Target) -> dict | None:
     """Connections moved whole to channels of their own where a rank has more send (receive) peers on one
     channel than the target's threadblocks with a peer per channel: a tree's root or a NIC's GPU that sends
     to a GPU on every other node (7 in its node and 31 across on 32 nodes of 8) cannot hold all of them on its

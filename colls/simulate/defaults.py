@@ -327,9 +327,9 @@ def ring_program(topology: Topology, kind: str, orders: list[tuple], proto: str 
     with every step's buffers: what :meth:`ring_machine` times, written out so that it can be proven
     (:func:`colls.verify.verify`) and drawn. One threadblock per rank and ring, ring ``L`` on channel
     ``L``, chunk ``d x rings + L`` of allreduce ring ``L``'s ``N`` segments (d: the ring position where it
-    ends reduced) and ``rank x rings + L`` of the gathered or scattered buffers (the ring method's layout); allgather adds a local copy of the rank's own block, after its send.
-    NCCL's own kernel has no step limit, so neither has this program (as a file it would not load beyond
-    32 ranks)."""
+    ends reduced) and ``rank x rings + L`` of the gathered or scattered buffers (the ring method's layout);
+    allgather adds a local copy of the rank's own block, after its send. NCCL's own kernel has no step limit,
+    so neither has this program (as a file it would not load beyond 32 ranks)."""
     tgt = get_target(target)
     n, rings = topology.ngpus, len(orders)
     head = _ring_header(topology, kind, rings, proto, tgt)
