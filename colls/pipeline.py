@@ -16,6 +16,7 @@ can stop after any of them and look at what it produced::
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -432,7 +433,7 @@ def _again(compiled: Compiled, progress, in_memory: bool, prove: bool, **changes
                                   max_bytes=settings["max_bytes"])
             try:
                 result = _finish(compiled.topology, compiled.base, compiled.schedule, program, compiled.method,
-                                 tgt, compiled.mode, progress, in_memory, prove)
+                                 tgt, compiled.mode, progress, in_memory, prove, proved=compiled)
             except LimitError:
                 raise
             except CollsError:
@@ -635,8 +636,10 @@ def _plan_fits(tgt: Target, topology: Topology):
 
 
 def _finish(topology: Topology, base: Schedule, schedule: Schedule, program: Program, method: str, tgt: Target,
-            mode: str, progress: _Progress, in_memory: bool, prove: bool) -> Compiled:
-    """A lowered program checked (in memory, proved or not) or emitted and proved, with its facts."""
+            mode: str, progress: _Progress, in_memory: bool, prove: bool, proved: Compiled | None = None) -> Compiled:
+    """A lowered program checked (in memory, proved or not) or emitted and proved, with its facts.
+    ``proved``: a file proved before, whose proof this one shares where only their protocols and byte ranges
+    differ (:func:`_same_steps`)."""
     collective = base.collective
     if in_memory:
         text = None
@@ -646,7 +649,10 @@ def _finish(topology: Topology, base: Schedule, schedule: Schedule, program: Pro
         text = msccl.emit(program)
         progress(f"verifying the file ({len(text) // 1024} KiB)")
         parsed, text_findings = msccl.parse(text, source="<generated>")
-        report = verify.verify(parsed, tgt, sms=topology.min_sms(), findings=text_findings)
+        shared = proved is not None and _same_steps(proved, text, mode)
+        report = verify.verify(parsed, tgt, sms=topology.min_sms(), findings=text_findings, prove=not shared)
+        if shared and report.ok:
+            report.facts.update({k: proved.report.facts[k] for k in SHARED_PROOF if k in proved.report.facts})
     if not report.ok:
         if prove or not in_memory:
             base.check()        # a wrong schedule: its own check names the transfer at fault
@@ -658,6 +664,32 @@ def _finish(topology: Topology, base: Schedule, schedule: Schedule, program: Pro
                          f"not verify for {tgt.name}: {first}{hint}")
     facts = _facts(topology, schedule, program, tgt, method, mode, with_bound=not in_memory)
     return Compiled(topology, schedule, program, text, report, tgt, mode, facts, base=base, method=method)
+
+
+# What a proof found that holds for every file with the same steps (:func:`_same_steps`).
+SHARED_PROOF = ("checked", "semantics_checked", "symmetry")
+# The <algo> attributes the proof of races and results reads only through the messages a connection holds
+# (the rules, the limits and the deadlock check, which read them otherwise, run on every file).
+_UNPROVED_ATTRS = re.compile(r' (?:proto|minBytes|maxBytes)="[^"]*"')
+
+
+def _same_steps(proved: Compiled, text: str, mode: str) -> bool:
+    """Whether the file ``text`` is ``proved``'s, a file emitted and proved (in-place and out-of-place as
+    ``mode`` says) without findings, up to its protocol and byte range: every ``<gpu>``, ``<tb>`` and
+    ``<step>`` line the same, the ``<algo>`` line the same without those attributes, and as many messages
+    per connection (LL and LL128: :func:`colls.verify.execution.fifo_messages`). The order the steps fire in,
+    the races and the result are then the same for every call (:mod:`colls.verify.semantics` reads the
+    protocol only for those messages, the byte range not at all: a step moves the same chunks whatever the
+    size), so that part of the proof holds for both."""
+    if proved.text is None or proved.mode != mode or not proved.report.ok \
+            or not proved.report.facts.get("semantics_checked"):
+        return False
+    proto = re.search(r' proto="([^"]*)"', text.partition("\n")[0])
+    if proto is None or fifo_messages(proto.group(1)) != fifo_messages(proved.report.facts.get("proto")):
+        return False
+    head, _, rest = text.partition("\n")
+    old_head, _, old_rest = proved.text.partition("\n")
+    return rest == old_rest and _UNPROVED_ATTRS.sub("", head) == _UNPROVED_ATTRS.sub("", old_head)
 
 
 def _root_tag(collective: Collective) -> str:

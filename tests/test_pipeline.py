@@ -1,6 +1,8 @@
 """End to end: every shipped profile at 1 and 2 nodes, every collective, ring (and direct where the
 fabric allows), written files verify for exe and rccl, in-place and out-of-place."""
 
+from dataclasses import replace
+
 import pytest
 
 from colls import msccl, pipeline, verify
@@ -189,3 +191,29 @@ def test_a_protocol_with_as_many_messages_per_connection_keeps_the_threadblocks(
     assert ll.program.proto == "LL" and ll128.report.ok and 'proto="LL128"' in ll128.text
     simple = pipeline.relower(ll, proto="Simple")
     assert calls and simple.report.ok and simple.program.proto == "Simple"
+
+
+def test_a_file_with_the_same_steps_shares_the_proof_of_races_and_results(monkeypatch):
+    """A file relowered for another protocol with as many messages per connection (LL -> LL128) or another
+    byte range has the same steps: its rules, limits and deadlocks are checked again, its races and result
+    not (the proof reads neither); the report is the one a proof from scratch gives. A file whose steps
+    differ (Simple, or a proved file not written out) is proved in full."""
+    from colls.verify import semantics
+    topo = hardware.load_topology("dgx-a100", nodes=2)
+    ll = pipeline.compile_schedule(topo, Collective("allreduce", topo.ngpus), "ring", proto="LL")
+    proofs = []
+    real = semantics.check
+    monkeypatch.setattr(semantics, "check", lambda *a, **k: proofs.append(1) or real(*a, **k))
+    ll128 = pipeline.relower(ll, proto="LL128", min_bytes=4096, max_bytes=1 << 20)
+    assert not proofs and ll128.report.ok
+    full = verify.verify_text(ll128.text, "<program>", "exe", sms=topo.min_sms())
+    assert proofs and full.to_dict() == ll128.report.to_dict()
+    proofs.clear()
+    assert pipeline.relower(ll, proto="Simple").report.facts["semantics_checked"] and proofs
+    proofs.clear()
+    # the same steps, but compared with a file whose text differs: proved again
+    other = replace(ll, text=ll.text.replace("<step ", "<step  ", 1))
+    assert pipeline.relower(other, proto="LL128").report.ok and proofs
+    assert not pipeline._same_steps(ll, ll.text.replace('proto="LL"', 'proto="Simple"'), "both")
+    assert not pipeline._same_steps(ll, ll.text, "outofplace")
+    assert pipeline._same_steps(ll, ll.text.replace('proto="LL"', 'proto="LL128"'), "both")
