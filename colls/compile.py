@@ -95,7 +95,6 @@ class Method:
     name: str
     variants: list = field(default_factory=list)     # Compiled, Simple, one per copy count
     refused: str | None = None
-    fastest: Fastest | None = None
     timings: list = field(default_factory=list)      # Timing or None per size (not served: out of reach)
 
 
@@ -188,21 +187,17 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
     for p in plans:
         if not any(m.variants for m in p.methods):
             p.notes.append("no method made a file: the runtime keeps every size")
-    # 2. each method's files at each size, only as far as they could beat the runtime's time less the margin
-    cells = []
-    for p in plans:
-        beat = [None if t is None else t.time_us * (1 - mg) for t, mg in zip(p.nccl, margins)]
-        for m in p.methods:
-            if m.variants:
-                m.fastest = Fastest(topology, p.kind, [({"instances": c.facts["instances"], "index": i}, c.program,
-                                                        None) for i, c in enumerate(m.variants)], target=target)
-                m.timings = [None] * len(sizes)
-                cells += [(m, i, beat[i], p.bound) for i in range(len(sizes))]
-    cells.sort(key=lambda c: -c[1])                     # large sizes first
+    # 2. each method's files at each size, only as far as they could beat the runtime's time less the margin;
+    # one task per method, which lays its files out for the simulator (seconds on a large machine) and times
+    # them at every size, the slowest-looking first (see _slow_to_simulate)
+    timed = sorted([(p, m) for p in plans for m in p.methods if m.variants],
+                   key=lambda pm: _slow_to_simulate(pm[1].name, pm[0].kind))
     progress(f"simulating the methods' files at {len(sizes)} sizes ({_processes(jobs)})")
-    for (m, i, _, _), timing in zip(cells, _in_processes(
-            [(None, partial(m.fastest.time, sizes[i], bound, beat)) for m, i, beat, bound in cells], jobs, progress)):
-        m.timings[i] = timing
+    for (p, m), timings in zip(timed, _in_processes(
+            [(None, partial(_time_method, topology, p.kind, m.variants, target, sizes, p.bound,
+                            [None if t is None else t.time_us * (1 - mg) for t, mg in zip(p.nccl, margins)]))
+             for p, m in timed], jobs, progress)):
+        m.timings = timings
     for p in plans:
         p.ranges = _ranges(p.methods, p.nccl, sizes, target, margins)
     if target == "old":
@@ -238,6 +233,31 @@ _SLOW_METHODS = ("milp", RUNTIME, "trees", "ring", "direct")
 _SLOW_KINDS = ("allreduce", "alltoall", "reducescatter", "allgather")
 
 
+# How long a method's files tend to take to simulate, longest first: trees and hier files are simulated whole
+# on a large machine (their ranks are not alike), the ring's on one rank of each class of alike ones
+# (colls.simulate.symmetry); milp's and direct's serve the small sizes, which are quick.
+_SLOW_TO_SIMULATE = ("trees", "hier", "ring", "direct", "milp")
+
+
+def _slow_to_simulate(method: str, kind: str) -> tuple:
+    """Sort key of a simulation task in :func:`plan` (a method not listed goes after those that are)."""
+    return _rank(_SLOW_TO_SIMULATE, method), _rank(_SLOW_KINDS, kind)
+
+
+def fastest(topology, kind: str, variants: list, target: str) -> Fastest:
+    """The simulator's search over a method's variants (each at every protocol) for one collective."""
+    return Fastest(topology, kind, [({"instances": c.facts["instances"], "index": i}, c.program, None)
+                                    for i, c in enumerate(variants)], target=target)
+
+
+def _time_method(topology, kind: str, variants: list, target: str, sizes: list, bound, beat: list) -> list:
+    """The fastest of ``variants`` at each of ``sizes`` (:meth:`colls.simulate.baseline.Fastest.time`, against
+    ``beat``, a time per size or None), the largest first (the order changes nothing but when each ends)."""
+    search = fastest(topology, kind, variants, target)
+    times = {i: search.time(sizes[i], bound, beat[i]) for i in reversed(range(len(sizes)))}
+    return [times[i] for i in range(len(sizes))]
+
+
 def _runtime_times(topology, kind: str, root: int, target: str, sizes: list, bound) -> tuple[list, list]:
     """What the runtime of ``target`` runs by itself for ``kind`` (:class:`colls.simulate.baseline.RuntimeDefault`)
     at each of ``sizes``, the largest first (its bounds prune the most there); and the notes that say what
@@ -255,9 +275,11 @@ def _runtime_times(topology, kind: str, root: int, target: str, sizes: list, bou
 def _slow_first(method: str, kind: str) -> tuple:
     """Sort key of a synthesis task in :func:`plan`: the slowest-looking first (a method or collective not
     listed goes after those that are)."""
-    def rank(names, x):
-        return names.index(x) if x in names else len(names)
-    return rank(_SLOW_METHODS, method), rank(_SLOW_KINDS, kind)
+    return _rank(_SLOW_METHODS, method), _rank(_SLOW_KINDS, kind)
+
+
+def _rank(names: tuple, x: str) -> int:
+    return names.index(x) if x in names else len(names)
 
 
 def _processes(jobs: int) -> str:
@@ -415,8 +437,9 @@ def _chosen(plans):
 def lower_files(plans, target: str, jobs: int = 1) -> None:
     """Lower and prove each range's file (with its byte range and protocol), in ``jobs`` processes; name it.
     The files of one variant whose protocols hold as many messages per connection (LL and LL128) are one
-    task: the first is lowered, the others take its threadblocks (:func:`colls.pipeline.relower`), each
-    proved as written."""
+    task: the first is lowered and proved, the others take its threadblocks (:func:`colls.pipeline.relower`),
+    each checked as written and sharing the first's proof of races and results (the same steps:
+    :func:`colls.pipeline._same_steps`)."""
     groups: dict = {}
     for p, r, count, base in _chosen(plans):
         name, _, proto = r.winner

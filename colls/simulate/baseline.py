@@ -75,7 +75,7 @@ class Fastest:
         self.entries = []                       # (extra, Simple program, Machine, loads)
         for extra, program, machine in entries:
             machine = machine or Machine(program, topology, kind)
-            machine.quotient()                  # once, before colls compile forks its workers
+            machine.quotient()                  # once, for every size and the chain bounds
             self.entries.append((dict(extra), program, machine, _loads(machine)))
         self.chains: dict = {}                  # entry index -> Chain, made when first needed
 
