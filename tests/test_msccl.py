@@ -89,6 +89,18 @@ def test_round_trip_of_a_small_program():
     assert q.gpus[1].tbs[0].steps[2].line == 13
 
 
+def test_a_program_pickles_and_copies_whole():
+    """Steps, threadblocks and GPUs pickle as their fields (colls compile moves programs between processes):
+    every field comes back, the line numbers the findings cite included."""
+    import pickle
+    q, _ = parse(emit(small_program()), "swap.xml")
+    for back in (pickle.loads(pickle.dumps(q, protocol=pickle.HIGHEST_PROTOCOL)), copy.deepcopy(q)):
+        assert back == q and emit(back) == emit(q)
+        assert back.gpus[1].line == 9 and back.gpus[1].tbs[0].line == q.gpus[1].tbs[0].line
+        assert back.gpus[1].tbs[0].steps[2].line == 13
+        assert type(back.gpus[1].tbs[0].steps[2]) is Step
+
+
 def test_msccl_tools_file_lacks_three_algo_attributes():
     p, findings = parse((DATA / "msccl_tools_allgather_ring8.xml").read_text(), "ring8.xml")
     assert findings == []
