@@ -34,16 +34,16 @@ def receives(step_type: str) -> bool:
     return STEP_SEMANTICS.get(step_type, (False,) * 5)[1]
 
 
-def _pickled_by_fields(cls):
-    """``cls`` pickled as its constructor and its fields in order: a program of 100,000s of steps crosses
-    between colls compile's processes (:mod:`colls.compile`) about 3 times faster than by each object's
-    slot dictionary, pickle's default for slotted classes."""
+def pickled_by_fields(cls):
+    """``cls`` (a dataclass) pickled as its constructor and its fields in order: a program or a schedule of
+    100,000s of steps or transfers crosses between colls compile's processes (:mod:`colls.compile`) about 3
+    times faster than by each object's slot dictionary, pickle's default for slotted classes."""
     values = attrgetter(*(f.name for f in fields(cls)))
     cls.__reduce__ = lambda self: (cls, values(self))
     return cls
 
 
-@_pickled_by_fields
+@pickled_by_fields
 @dataclass(slots=True)
 class Step:
     s: int | None
@@ -59,7 +59,7 @@ class Step:
     line: int | None = field(default=None, compare=False)  # where it was read from, for findings
 
 
-@_pickled_by_fields
+@pickled_by_fields
 @dataclass(slots=True)
 class Threadblock:
     id: int | None
@@ -70,7 +70,7 @@ class Threadblock:
     line: int | None = field(default=None, compare=False)
 
 
-@_pickled_by_fields
+@pickled_by_fields
 @dataclass(slots=True)
 class Gpu:
     id: int | None

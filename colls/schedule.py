@@ -24,11 +24,13 @@ from fractions import Fraction
 
 from colls.collectives import Collective, SymbolicError, reduce_values, rotation_period
 from colls.errors import CollsError
+from colls.program import pickled_by_fields
 
 BUFFERS = ("i", "o", "s")
 TRANSIENT = "t"
 
 
+@pickled_by_fields
 @dataclass(frozen=True, order=True, slots=True)
 class Op:
     step: int

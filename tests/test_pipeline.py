@@ -217,3 +217,15 @@ def test_a_file_with_the_same_steps_shares_the_proof_of_races_and_results(monkey
     assert not pipeline._same_steps(ll, ll.text.replace('proto="LL"', 'proto="Simple"'), "both")
     assert not pipeline._same_steps(ll, ll.text, "outofplace")
     assert pipeline._same_steps(ll, ll.text.replace('proto="LL"', 'proto="LL128"'), "both")
+
+
+def test_a_compiled_file_crosses_processes_whole():
+    """colls compile's workers return what they made by pickle (steps and transfers as their fields): the
+    schedule's transfers, the program and its text come back the same."""
+    import pickle
+    topo = hardware.load_topology("dgx-a100", nodes=2)
+    c = pipeline.compile_schedule(topo, Collective("allreduce", topo.ngpus), "trees")
+    back = pickle.loads(pickle.dumps(c, protocol=pickle.HIGHEST_PROTOCOL))
+    assert back.schedule.ops == c.schedule.ops and back.base.ops == c.base.ops
+    assert back.program == c.program and msccl.emit(back.program) == c.text
+    assert back.schedule.ops and {type(op) for op in back.schedule.ops} == {type(c.schedule.ops[0])}
