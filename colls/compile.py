@@ -446,8 +446,10 @@ def lower_files(plans, target: str, jobs: int = 1) -> None:
         root = f"-root{p.root}" if p.root is not None else ""
         r.file = f"{p.kind}{root}-{count:02d}-{name}-{proto}-x{base.facts['instances']}.xml"
         groups.setdefault((id(base), fifo_messages(proto)), (base, []))[1].append(r)
-    tasks = [(None, partial(_lower_group, base, ranges)) for base, ranges in groups.values()]
-    for (_, ranges), compiled in zip(groups.values(), _in_processes(tasks, jobs, lambda line: None)):
+    # the largest programs first (their proofs take longest), so no long task starts last
+    order = sorted(groups.values(), key=lambda g: -sum(len(tb.steps) for gpu in g[0].program.gpus for tb in gpu.tbs))
+    tasks = [(None, partial(_lower_group, base, ranges)) for base, ranges in order]
+    for (_, ranges), compiled in zip(order, _in_processes(tasks, jobs, lambda line: None)):
         for r, c in zip(ranges, compiled):
             r.compiled = c
 
