@@ -684,12 +684,11 @@ def _same_steps(proved: Compiled, text: str, mode: str) -> bool:
     if proved.text is None or proved.mode != mode or not proved.report.ok \
             or not proved.report.facts.get("semantics_checked"):
         return False
-    proto = re.search(r' proto="([^"]*)"', text.partition("\n")[0])
-    if proto is None or fifo_messages(proto.group(1)) != fifo_messages(proved.report.facts.get("proto")):
-        return False
     head, _, rest = text.partition("\n")
     old_head, _, old_rest = proved.text.partition("\n")
-    return rest == old_rest and _UNPROVED_ATTRS.sub("", head) == _UNPROVED_ATTRS.sub("", old_head)
+    proto = re.search(r' proto="([^"]*)"', head)
+    return proto is not None and fifo_messages(proto.group(1)) == fifo_messages(proved.report.facts.get("proto")) \
+        and rest == old_rest and _UNPROVED_ATTRS.sub("", head) == _UNPROVED_ATTRS.sub("", old_head)
 
 
 def _root_tag(collective: Collective) -> str:
