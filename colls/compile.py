@@ -447,12 +447,20 @@ def lower_files(plans, target: str, jobs: int = 1) -> None:
         root = f"-root{p.root}" if p.root is not None else ""
         r.file = f"{p.kind}{root}-{count:02d}-{name}-{proto}-x{base.facts['instances']}.xml"
         groups.setdefault((id(base), fifo_messages(proto)), (base, []))[1].append(r)
-    # the largest programs first (their proofs take longest), so no long task starts last
-    order = sorted(groups.values(), key=lambda g: -sum(len(tb.steps) for gpu in g[0].program.gpus for tb in gpu.tbs))
+    order = sorted(groups.values(), key=lambda g: -_lowering_work(*g))
     tasks = [(None, partial(_lower_group, base, ranges)) for base, ranges in order]
     for (_, ranges), compiled in zip(order, _in_processes(tasks, jobs, lambda line: None)):
         for r, c in zip(ranges, compiled):
             r.compiled = c
+
+
+def _lowering_work(base, ranges) -> int:
+    """How long :func:`_lower_group` tends to take, to start the longest first (so no long task starts last):
+    the program's steps, twice over when the first file is lowered afresh (its protocol holds another number
+    of messages per connection than the variant's: :func:`colls.pipeline.relower`), for the lowering and the
+    proof both grow with the steps."""
+    steps = sum(len(tb.steps) for gpu in base.program.gpus for tb in gpu.tbs)
+    return steps * (2 if fifo_messages(ranges[0].winner[2]) != fifo_messages(base.program.proto) else 1)
 
 
 def _lower_group(base, ranges) -> list:
