@@ -20,6 +20,7 @@ import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import starmap
 
 from colls.errors import CollsError
 
@@ -249,22 +250,12 @@ def greedy(problem: Problem, cands: dict, orbits: dict, shared_times: bool) -> d
         return earliest(have[img], g[u], conns[g[u], g[v]].links)
 
     def ready(c, u, v):
-        """When the transfer would arrive, its whole orbit started together: the latest start (the
-        :func:`earliest` of each member, written out: this runs 100,000s of times on 64 GPUs) plus its time."""
         key = (c, u, v)
         members = images.get(key)
         if members is None:
             members = images[key] = [(have[img], g[u], conns[g[u], g[v]].links) for g, img in orbits[c]]
-        latest = None
-        for arrived, gu, links in members:
-            t = arrived[gu]
-            for link in links:
-                if free[link] > t:
-                    t = free[link]
-            if latest is None or t > latest:
-                latest = t
         conn = conns[u, v]
-        return latest + conn.alpha + conn.beta
+        return max(starmap(earliest, members)) + conn.alpha + conn.beta
 
     def push(c, u):
         for v in out_of[c][u]:
