@@ -434,3 +434,23 @@ def test_an_allreduce_runs_its_way_up_and_down_on_different_threadblocks():
     fast, _ = simulate(split.program, topo, "allreduce", size)
     slow, _ = simulate(fused.program, topo, "allreduce", size)
     assert best / fast.time_us > 0.8 and best / slow.time_us < 0.6
+
+
+def test_the_chunks_of_one_tree_share_its_lane_so_a_reduction_chain_pipelines():
+    """A vertex reduces its children one per step, each on a threadblock of its own that waits for the one
+    before, and the runtime finishes a step's whole chunk before the threadblock waiting on it starts. With a
+    tree's chunks dealt to lanes of their own every chunk waited out the chain (1 x dgx-a100 reduce-scatter,
+    8 chunks a tree: 84 GB/s busbw at 16 MB with 4 copies' worth of threadblocks, and 8 chunks with 4 copies
+    did not load: 112 threadblocks); on one lane the chain's threadblocks work on successive chunks at once."""
+    from colls import pipeline
+    from colls.simulate import simulate
+    topo = load_topology("dgx-a100", 1)
+    made = {c: pipeline.compile_schedule(topo, Collective("reducescatter", 8, chunks=c), "trees", instances=4,
+                                         in_memory=True, prove=False) for c in (1, 8)}
+    lanes = {(op.src, op.lane) for op in made[8].schedule.ops if op.dst == 0 and op.src != 0}
+    assert len(lanes) == 7 * 4              # GPU 0's 8 chunks come from each child on one lane a copy
+    assert made[8].program.max_tbs() == made[1].program.max_tbs()
+    assert made[8].program.max_steps() == 8
+    size = 16 << 20
+    t = {c: simulate(m.program, topo, "reducescatter", size)[0].time_us for c, m in made.items()}
+    assert t[8] < t[1] / 1.8
