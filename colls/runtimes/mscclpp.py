@@ -65,13 +65,15 @@ MAX_OFFSET = 2**32 - 1               # Operation::inputOffsets / inputBufferSize
                                      # loader also computes chunk end offsets in uint32_t (EP getBufferSize)
 MAX_THREADS_PER_BLOCK = 1024         # executionKernel is __launch_bounds__(1024, 1) (EK)
 # What a threadblock of a plan colls writes holds (colls.mscclpp): its incoming channel's credit grants at the
-# start (one signal per slot, colls.mscclpp.SLOTS = 2), then for each XML step at most 9 ops written whole
-# (a semaphore acquire, one wait for the message and the credit, a nop, the data ops: at most a reduce or copy
-# into a staging slot, a nop, a copy and a put with signal, one signal for the credit, a semaphore release).
-# A plan whose pipelined form has more ops is written whole (colls.mscclpp.plan_of). So a program whose
-# threadblocks have at most PLAN_MAX_STEPS steps always makes a plan within MAX_OPERATIONS.
+# start (one signal per slot, colls.mscclpp.SLOTS = 2), then for each XML step at most 11 ops written whole
+# (a semaphore acquire; a wait for the message and the credit, two when one comes over a memory channel and
+# the other over a port channel, as when a step receives inside the node and sends across; a nop; the data
+# ops: at most a reduce or copy into a staging slot, a nop, a copy and a put with signal; a nop and one signal
+# for the credit; a semaphore release of up to MAX_SEMAPHORES_PER_OP steps waiting on it). A plan whose
+# pipelined form has more ops is written whole (colls.mscclpp.plan_of). So a program whose threadblocks have
+# at most PLAN_MAX_STEPS steps always makes a plan within MAX_OPERATIONS.
 PLAN_GRANT_OPS = 2
-PLAN_OPS_PER_STEP = 9
+PLAN_OPS_PER_STEP = 11
 PLAN_MAX_STEPS = (MAX_OPERATIONS - PLAN_GRANT_OPS) // PLAN_OPS_PER_STEP
 # The schedules of plans are lowered as for the MSCCL executor (the XML program is what colls proves and
 # then writes as a plan), its threadblocks cut into step segments on channels of their own until every
