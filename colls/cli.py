@@ -248,8 +248,9 @@ def hardware_import(path, output, name, gpu_model, sms, link_bandwidth):
               help="Largest call (bytes) this file is used for; 0 means no limit.")
 @click.option("--inplace-only", is_flag=True, help="Claim in-place calls only.")
 @click.option("--outofplace-only", is_flag=True, help="Claim out-of-place calls only.")
-@click.option("--chunks", type=Whole(1, MAX_COPIES), default=1, show_default=True,
-              help="Chunk factor: chunks per rank's share (a method may need more).")
+@click.option("--chunks", type=Whole(1, MAX_COPIES), default=None,
+              help="Chunk factor: chunks per rank's share (a method may need more; default 1, and trees "
+                   "carry as many chunks a tree as simulate fastest).")
 @click.option("--root", type=Whole(0, MAX_NODES * MAX_COPIES), default=None,
               help="Root rank: required for broadcast and reduce (a file serves one root only).")
 @click.option("--rings", type=Whole(1, MAX_COPIES), default=None, help="ring: number of rings (default: best found).")
@@ -313,7 +314,7 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
         if ngpus < 2:
             return
         try:
-            pipeline.check_rank_limits(Collective(collective, ngpus, chunks=chunks), method, get_target(target),
+            pipeline.check_rank_limits(Collective(collective, ngpus, chunks=chunks or 1), method, get_target(target),
                                        instances or 1, options, where=f"{nodes} nodes of {excerpt(hardware)}")
         except CollsError as e:
             raise type(e)(e.reason, key="--nodes") from None
@@ -333,11 +334,11 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
                 click.echo(f"colls:   {line}", err=True)
         if not quiet and sys.stderr.isatty():
             options["progress"] = lambda line: click.echo(f"colls: {line}", err=True)
-    coll = Collective(collective, topo.ngpus, chunks=chunks, root=root)
+    coll = Collective(collective, topo.ngpus, chunks=chunks or 1, root=root)
     from colls import tune
     make = tune.compile_for_plans if plan_target else tune.compile_fastest
-    result = make(topo, coll, method, target=target, instances=instances, proto=proto, min_bytes=min_bytes,
-                  max_bytes=max_bytes, mode=mode, options=options,
+    result = make(topo, coll, method, target=target, instances=instances, tune_depth=chunks is None, proto=proto,
+                  min_bytes=min_bytes, max_bytes=max_bytes, mode=mode, options=options,
                   progress=(lambda line: click.echo(f"colls: {line}", err=True)) if sys.stderr.isatty() else None)
     result.facts["without"] = list(topo.meta.get("without", []))
     if plan_target:

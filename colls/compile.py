@@ -2,8 +2,9 @@
 
 For each collective asked for, every method (:data:`METHODS`: ring, direct, trees, milp; and hier, of
 :data:`OPTIONAL_METHODS`, on more than one node or when ``--methods`` names it) synthesizes a schedule once; each is lowered again with 1, 2, 4 and 8 independent copies (``--instances``) while the
-copies get channels of their own and the target loads the result, and every copy count runs at each
-protocol (LL, LL128, Simple). The simulator (:mod:`colls.simulate`) times the fastest of those per method at every call size (the search skips a
+copies get channels of their own and the target loads the result (trees: its most copies also made again
+carrying several chunks a tree, as deep as simulates faster, :func:`colls.tune.deepest`), and every
+variant runs at each protocol (LL, LL128, Simple). The simulator (:mod:`colls.simulate`) times the fastest of those per method at every call size (the search skips a
 configuration only when a proven lower bound shows it cannot win by more than 0.1 %, :class:`colls.simulate.baseline.
 Fastest`), and times NCCL's own ring (and, for allreduce, its tree) at its best protocol, on the channels
 NCCL's per-call rule gives. At each size the winner is the fastest file, unless the runtime's own algorithm is within the
@@ -328,6 +329,7 @@ def _variants(topology, coll, name, target, options, sizes=None) -> Method:
     ncpl = first.program.nchunksperloop
     if sizes is None or any(served(first.program, coll.kind, s) is None for s in sizes):
         _copies(first, m)
+        _deeper(topology, coll, name, target, options, m)
     if not m.variants:
         m.refused = (f"the runtime would run its file for none of the sizes: {ncpl} chunks per loop divide the "
                      "element count of none of them")
@@ -343,13 +345,27 @@ def _first(topology, coll, name, target, options, m: Method | None, make=tune.co
     for mode in ("both", "outofplace"):
         try:
             return make(topology, coll, name, target=target, mode=mode, options=options, instances=1,
-                        in_memory=in_memory, prove=prove)
+                        tune_depth=False, in_memory=in_memory, prove=prove)
         except CollsError as e:
             if m is not None:
                 m.refused = str(e)
             if not _refused_in_place(e):
                 return None
     return None
+
+
+def _deeper(topology, coll, name, target, options, m: Method) -> None:
+    """The method's file with its most copies made again with the deepest pipeline through its schedule that
+    simulates faster (:func:`colls.tune.deepest`: trees carrying several chunks each), beside the copies: its
+    smaller messages win the middle and large sizes, and cost the small ones, where the copies of one chunk a
+    tree stay to win them."""
+    if name not in tune.DEPTH_METHODS or not m.variants:
+        return
+    last = m.variants[-1]
+    deeper, _ = tune.deepest(last, topology, coll, name, options,
+                             dict(target=target, mode=last.mode, in_memory=True, prove=False))
+    if deeper is not last:
+        m.variants.append(deeper)
 
 
 def _refused_in_place(e: CollsError) -> bool:
@@ -569,7 +585,9 @@ def _winner_words(r: Range) -> str:
         return "NCCL's own"
     name, _, proto = r.winner
     f = r.compiled.facts if r.compiled is not None else {}
-    return f"{name} {proto} x{f.get('instances', '?')}, {f.get('threadblocks', '?')} threadblocks/GPU"
+    depth = f.get("method_info", {}).get("chunks_per_tree", 1)
+    return (f"{name} {proto} x{f.get('instances', '?')}{f', {depth} chunks a tree' if depth > 1 else ''}, "
+            f"{f.get('threadblocks', '?')} threadblocks/GPU")
 
 
 def _bytes_words(r: Range, target: str) -> str:

@@ -35,15 +35,19 @@ SIZES = (16 << 20, 256 << 20)
 
 
 def compile_fastest(topology, collective, method: str, *, options: dict | None = None, instances: int | None = None,
-                    **settings):
+                    tune_depth: bool = True, fits=None, **settings):
     """:func:`colls.pipeline.compile_schedule`, with the count of trees per GPU chosen by simulated time
-    (module docstring) when the method is trees and no count was given, and the copies of the schedule
-    (``instances``) too when none were given (:func:`_fastest_copies`)."""
+    (module docstring) when the method is trees and no count was given, the copies of the schedule
+    (``instances``) too when none were given (:func:`_fastest_copies`), and then the depth of the pipeline
+    through the trees (chunks a tree carries, :func:`deepest`) when ``tune_depth`` and no depth was given
+    (``colls synth --chunks`` given: the chunk factor asked for, not tuned); ``fits``: whether a deeper file
+    may be taken (an MSCCL++ plan: its ops per threadblock)."""
     options = dict(options or {})
     settings["instances"] = instances or 1
     count = not (method != "trees" or options.get("trees_per_gpu") or collective.kind in ("broadcast", "reduce")
                  or trees.k_candidates(topology, collective)[0] <= 1)     # one tree per GPU: nothing to compare
-    if not count and instances is not None:
+    deepen = tune_depth and method in DEPTH_METHODS and "depth" not in options
+    if not count and instances is not None and not deepen:
         return pipeline.compile_schedule(topology, collective, method, options=options, **settings)
     unproved = dict(settings, in_memory=True, prove=False)      # simulated only; the one chosen is proved after
     if count:
@@ -52,7 +56,10 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
         chosen = pipeline.compile_schedule(topology, collective, method, options=options, **unproved)
         facts, score, timer = {}, None, None
     if instances is None:
-        chosen, more = _fastest_copies(chosen, topology, score, timer)
+        chosen, more, score = _fastest_copies(chosen, topology, score, timer)
+        facts.update(more)
+    if deepen:
+        chosen, more = deepest(chosen, topology, collective, method, options, unproved, score, fits)
         facts.update(more)
     if settings.get("in_memory") and not settings.get("prove", True):
         result = chosen         # already made so: in memory, not proved
@@ -148,34 +155,95 @@ def _fastest_copies(chosen, topology, score: float | None = None, timer=None):
     one chain of threadblocks, each moving its bytes at one threadblock's copy rate (about a tenth of an
     NVSwitch A100's links), so one copy fills a tenth of the links whatever the link model says; NCCL runs its
     ring on up to 32 channels for the same reason. ``score`` and ``timer``: ``chosen``'s, when already made.
-    Returns the file and the facts that say what was tried."""
+    Returns the file, the facts that say what was tried and the file's score (None when not timed)."""
     if not own_channels(chosen, 2):     # no second copy fits: nothing to compare, nothing to simulate
-        return chosen, {}
+        return chosen, {}, score
     timer = timer or _timer(chosen, topology)
     if score is None:
         score = _score(timer)
     if score is None:                   # not run by the runtime at the sizes compared: nothing to compare
-        return chosen, {}
-    timed, best, copies = {1: score}, chosen, 1
+        return chosen, {}, None
     floor = _link_floor(timer)          # what no number of copies goes below
-    while own_channels(chosen, copies * 2) and floor < timed[copies] * (1 - COPIES_GAIN):
-        try:
-            more = pipeline.relower(chosen, instances=copies * 2, only_simulated=True)
-        except CollsError:
-            break                       # more threadblocks or steps than the target loads
-        t = _score(_timer(more, topology), timed[copies] * (1 - COPIES_GAIN))
-        if t is None:
-            break
-        timed[copies * 2] = t
-        if t > timed[copies] * (1 - COPIES_GAIN):
-            break
-        best, copies = more, copies * 2
+
+    def copied(copies: int, before: float):
+        if not own_channels(chosen, copies) or floor >= before * (1 - COPIES_GAIN):
+            return None
+        return pipeline.relower(chosen, instances=copies, only_simulated=True)
+
+    timed, best, copies = _doubling(chosen, score, copied, topology)
     facts: dict = {"copies_tuned": {"sizes": [size_text(s) for s in SIZES],
                                     "geomean_us": {str(c): round(t, 3) for c, t in sorted(timed.items())}}}
     if copies > 1:
         tried = ", ".join(str(c) for c in sorted(timed))
         facts["copies_note"] = (f"{copies} copies of the schedule on channels of their own (--instances {copies}): "
                                 f"the fastest simulated of {tried} at {' and '.join(size_text(s) for s in SIZES)}")
+    return best, facts, timed[copies]
+
+
+def _doubling(chosen, score: float, make, topology) -> tuple[dict, object, int]:
+    """The search :func:`_fastest_copies` and :func:`deepest` share: ``make(n, score of n / 2)`` is the file at
+    n = 2, 4, 8, ... (None, or CollsError: more than the target loads, and the search ends), simulated at
+    :data:`SIZES`; each doubling is taken while it is at least :data:`COPIES_GAIN` faster than the one before,
+    and the first that is not ends the search. Returns the scores by n, the file taken and its n."""
+    timed, best, n = {1: score}, chosen, 1
+    while True:
+        try:
+            more = make(n * 2, timed[n])
+        except CollsError:
+            break
+        if more is None:
+            break
+        t = _score(_timer(more, topology), timed[n] * (1 - COPIES_GAIN))
+        if t is None:
+            break
+        timed[n * 2] = t
+        if t > timed[n] * (1 - COPIES_GAIN):
+            break
+        best, n = more, n * 2
+    return timed, best, n
+
+
+# What a file's facts say of how its count of trees was chosen (kept when it is made again deeper)
+_COUNT_FACTS = ("trees_per_gpu_tried", "limited_by", "chunks_note", "count_note", "trees_tuned")
+
+# The methods whose schedules take a depth option (chunks a piece of the schedule carries one after another
+# on its threadblocks): trees, whose vertices reduce or forward their children's chunks one per step.
+DEPTH_METHODS = ("trees",)
+
+
+def deepest(chosen, topology, collective, method: str, options: dict, unproved: dict, score: float | None = None,
+            fits=None):
+    """``chosen`` made again at depth 2, 4, 8, ... (``depth``: each tree carries that many chunks one after
+    another on its lane, :func:`colls.synth.trees._deal`), at its count and copies, simulated at :data:`SIZES`;
+    each doubling is taken while it is at least :data:`COPIES_GAIN` faster, and the search stops at the first
+    that is not, or that the target cannot load (steps per threadblock, offsets) or ``fits`` refuses. Why: a vertex that reduces
+    its children one per step runs each step on a threadblock of its own that waits for the step before, and
+    the runtime finishes a step's whole chunk before that: with one chunk a tree the chain's threadblocks take
+    turns, with several they work on successive chunks at once (2 x dgx-a100 reduce-scatter, 2 copies: 16 MB
+    52 -> 104 GB/s busbw at depth 8, 64 MB 59 -> 173). Each chunk more is a message more per step, so small
+    calls lose: the depth is chosen at the sizes the copies are. Returns the file and the facts that say what
+    was tried."""
+    if score is None:
+        score = _score(_timer(chosen, topology))
+    if score is None:                   # not run by the runtime at the sizes compared: nothing to compare
+        return chosen, {}
+    opts = dict(options)
+    if method == "trees":
+        opts["trees_per_gpu"] = chosen.schedule.info["k"]
+    settings = dict(unproved, instances=chosen.facts["instances"])
+
+    def deeper(depth: int, before: float):
+        more = pipeline.compile_schedule(topology, collective, method, options=dict(opts, depth=depth), **settings)
+        return more if fits is None or fits(more) else None
+
+    timed, best, depth = _doubling(chosen, score, deeper, topology)
+    facts: dict = {"depth_tuned": {"sizes": [size_text(s) for s in SIZES],
+                                   "geomean_us": {str(d): round(t, 3) for d, t in sorted(timed.items())}}}
+    facts.update({k: chosen.facts[k] for k in _COUNT_FACTS if k in chosen.facts})    # how the count was chosen
+    if depth > 1:
+        tried = ", ".join(str(d) for d in sorted(timed))
+        facts["depth_note"] = (f"{depth} chunks a tree, one after another on its lane: the fastest simulated of "
+                               f"{tried} at {' and '.join(size_text(s) for s in SIZES)}")
     return best, facts
 
 
@@ -229,7 +297,8 @@ def compile_for_plans(topology, collective, method: str, **settings):
     PLAN_MAX_STEPS steps a threadblock, a ring cut into segments on channels of their own), which always fits."""
     from colls import mscclpp
     settings.pop("target", None)
-    result = compile_fastest(topology, collective, method, target="exe", **settings)
+    result = compile_fastest(topology, collective, method, target="exe",
+                             fits=lambda deeper: mscclpp.fits(deeper.program, topology), **settings)
     if mscclpp.fits(result.program, topology):
         return result
     return compile_fastest(topology, collective, method, target="mscclpp", **settings)

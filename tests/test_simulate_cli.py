@@ -100,7 +100,7 @@ def test_graph_launch_drops_the_hosts_cost_per_call(files):
     path, _ = files["trees"]
     times = {}
     for launch in ("stream", "graph"):
-        rc, stdout, err = run("simulate", str(path), "--hardware", "dgx-a100", "--sizes", "1KB", "--baseline",
+        rc, stdout, err = run("simulate", str(path), "--hardware", "dgx-a100", "--sizes", "64KB", "--baseline",
                               "nccl", "--launch", launch, "--json")
         assert rc == 0, err
         data = json.loads(stdout)

@@ -344,7 +344,7 @@ def check_size(collective: Collective, where: str, target=None) -> None:
 
 def synthesize(topology: Topology, collective: Collective, trees_per_gpu: int | None = None,
                max_k: int | None = None, lanes: int | None = None, max_tbs: int | None = None,
-               split_phases: bool = True, **options) -> Schedule:
+               split_phases: bool = True, depth: int = 1, **options) -> Schedule:
     """A tree schedule of ``collective`` on ``topology`` (module docstring).
 
     Parameters
@@ -361,6 +361,9 @@ def synthesize(topology: Topology, collective: Collective, trees_per_gpu: int | 
         sends the total from the output buffer, where it stored it, instead of forwarding it in the same
         instruction. False: both halves of a tree on one lane (the way it was: on 4 x dgx-a100 at 1 GB 38 % of
         the runtime optimum against 78 % split, on 2 x dgx-h100 30 % against 95 %).
+    depth : chunks each tree carries, one after another on its lane (default 1; times what the chunk factor
+        asks): a deeper pipeline through the trees' chains of reductions and relays (:func:`_deal`), at more
+        messages a call. :func:`colls.tune.compile_fastest` chooses it by simulated time.
     options : accepted and ignored (the pipeline passes every method the same options).
 
     Raises
@@ -375,7 +378,7 @@ def synthesize(topology: Topology, collective: Collective, trees_per_gpu: int | 
                          f"{topology.ngpus} GPUs")
     check_size(collective, topology.name)      # the target's part is checked by the pipeline
     for name, val in (("trees_per_gpu", trees_per_gpu), ("max_k", max_k), ("lanes", lanes),
-                      ("max_tbs", max_tbs)):
+                      ("max_tbs", max_tbs), ("depth", depth)):
         if val is not None and not (isinstance(val, int) and not isinstance(val, bool) and val >= 1):
             raise CollsError(f"must be a positive integer, got {val!r}", key=name)
     if lanes is not None and lanes > MAX_LANES:
@@ -388,7 +391,7 @@ def synthesize(topology: Topology, collective: Collective, trees_per_gpu: int | 
                          f"root (some GPU cannot be reached)")
     kind = collective.kind
     base = n * k if kind == "allreduce" else k
-    mult = -(-collective.chunks // base)
+    mult = -(-collective.chunks // base) * depth
     coll = collective.with_chunks(base * mult)
     builder = _Builder(topology, coll, k, mult, split=split_phases and kind == "allreduce")
     if kind == "allgather":
