@@ -2,8 +2,9 @@
 
 For each collective asked for, every method (:data:`METHODS`: ring, direct, trees, milp; and hier, of
 :data:`OPTIONAL_METHODS`, on more than one node or when ``--methods`` names it) synthesizes a schedule once; each is lowered again with 1, 2, 4 and 8 independent copies (``--instances``) while the
-copies get channels of their own and the target loads the result (trees: its most copies also made again
-carrying several chunks a tree, as deep as simulates faster, :func:`colls.tune.deepest`), and every
+copies get channels of their own and the target loads the result (trees, and direct's sums: its most copies
+also made again carrying several chunks a tree or pieces a block, as deep as simulates faster,
+:func:`colls.tune.deepest`), and every
 variant runs at each protocol (LL, LL128, Simple). The simulator (:mod:`colls.simulate`) times the fastest of those per method at every call size (the search skips a
 configuration only when a proven lower bound shows it cannot win by more than 0.1 %, :class:`colls.simulate.baseline.
 Fastest`), and times NCCL's own ring (and, for allreduce, its tree) at its best protocol, on the channels
@@ -359,7 +360,7 @@ def _deeper(topology, coll, name, target, options, m: Method) -> None:
     simulates faster (:func:`colls.tune.deepest`: trees carrying several chunks each), beside the copies: its
     smaller messages win the middle and large sizes, and cost the small ones, where the copies of one chunk a
     tree stay to win them."""
-    if name not in tune.DEPTH_METHODS or not m.variants:
+    if not tune.deepens(name, coll.kind) or not m.variants:
         return
     last = m.variants[-1]
     deeper, _ = tune.deepest(last, topology, coll, name, options,
@@ -585,8 +586,8 @@ def _winner_words(r: Range) -> str:
         return "NCCL's own"
     name, _, proto = r.winner
     f = r.compiled.facts if r.compiled is not None else {}
-    depth = f.get("method_info", {}).get("chunks_per_tree", 1)
-    return (f"{name} {proto} x{f.get('instances', '?')}{f', {depth} chunks a tree' if depth > 1 else ''}, "
+    depth = f.get("method_info", {}).get("depth", 1)
+    return (f"{name} {proto} x{f.get('instances', '?')}{', ' + tune.depth_words(name, depth) if depth > 1 else ''}, "
             f"{f.get('threadblocks', '?')} threadblocks/GPU")
 
 

@@ -39,14 +39,15 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
     """:func:`colls.pipeline.compile_schedule`, with the count of trees per GPU chosen by simulated time
     (module docstring) when the method is trees and no count was given, the copies of the schedule
     (``instances``) too when none were given (:func:`_fastest_copies`), and then the depth of the pipeline
-    through the trees (chunks a tree carries, :func:`deepest`) when ``tune_depth`` and no depth was given
+    through the schedule (chunks a tree, pieces a direct block: :func:`deepest`) when ``tune_depth`` and no
+    depth was given
     (``colls synth --chunks`` given: the chunk factor asked for, not tuned); ``fits``: whether a deeper file
     may be taken (an MSCCL++ plan: its ops per threadblock)."""
     options = dict(options or {})
     settings["instances"] = instances or 1
     count = not (method != "trees" or options.get("trees_per_gpu") or collective.kind in ("broadcast", "reduce")
                  or trees.k_candidates(topology, collective)[0] <= 1)     # one tree per GPU: nothing to compare
-    deepen = tune_depth and method in DEPTH_METHODS and "depth" not in options
+    deepen = tune_depth and deepens(method, collective.kind) and "depth" not in options
     if not count and instances is not None and not deepen:
         return pipeline.compile_schedule(topology, collective, method, options=options, **settings)
     unproved = dict(settings, in_memory=True, prove=False)      # simulated only; the one chosen is proved after
@@ -206,23 +207,58 @@ def _doubling(chosen, score: float, make, topology) -> tuple[dict, object, int]:
 # What a file's facts say of how its count of trees was chosen (kept when it is made again deeper)
 _COUNT_FACTS = ("trees_per_gpu_tried", "limited_by", "chunks_note", "count_note", "trees_tuned")
 
-# The methods whose schedules take a depth option (chunks a piece of the schedule carries one after another
-# on its threadblocks): trees, whose vertices reduce or forward their children's chunks one per step.
-DEPTH_METHODS = ("trees",)
+# The methods whose schedules take a depth option (the pieces a part of the schedule is cut into, one after
+# another on its threadblocks), for which collectives, and how a summary names the depth: trees, whose vertices
+# sum or forward their children's chunks one per step; direct, whose ranks sum the other ranks' shares one
+# sender at a time (colls.synth.direct).
+DEPTH_METHODS = {"trees": (None, "chunks a tree, one after another on its lane"),
+                 "direct": (("reducescatter", "reduce", "allreduce"), "pieces a block, each summed by the senders "
+                                                                      "in turn")}
+
+
+# A file whose lanes each carry this many chunks in sequence already is not made deeper (:func:`deepest`): the
+# trees of one lane run one after another on its threadblocks, so their chains already overlap as a deeper
+# tree's chunks would. 16 x dgx-a100 (4 to 16 trees a lane): depth 2 gained 4-11 % at some sizes in compile and
+# took 30 s more to make there (49 s against 20 for the synthesis stage, 2 processes); 2 x dgx-a100 (one tree a
+# lane): 2x at 16-64 MB.
+QUEUED = 4
+
+
+def queued(compiled) -> float:
+    """The chunks each lane of ``compiled``'s trees carries one after another (1 for other methods: a direct
+    block's pieces are its depth)."""
+    info = compiled.schedule.info
+    if info.get("method") != "trees" or not info.get("lanes"):
+        return 1
+    return info["trees"] * info["chunks_per_tree"] / info["lanes"]
+
+
+def deepens(method: str, kind: str) -> bool:
+    """Whether ``method``'s schedules of ``kind`` take a depth (:data:`DEPTH_METHODS`)."""
+    kinds = DEPTH_METHODS.get(method, ((),))[0]
+    return kinds is None or kind in kinds
+
+
+def depth_words(method: str, depth: int) -> str:
+    """``"8 chunks a tree"``: a depth as the summary and compile's README say it."""
+    return f"{depth} {DEPTH_METHODS[method][1].split(',')[0]}"
 
 
 def deepest(chosen, topology, collective, method: str, options: dict, unproved: dict, score: float | None = None,
             fits=None):
     """``chosen`` made again at depth 2, 4, 8, ... (``depth``: each tree carries that many chunks one after
-    another on its lane, :func:`colls.synth.trees._deal`), at its count and copies, simulated at :data:`SIZES`;
-    each doubling is taken while it is at least :data:`COPIES_GAIN` faster, and the search stops at the first
-    that is not, or that the target cannot load (steps per threadblock, offsets) or ``fits`` refuses. Why: a vertex that reduces
-    its children one per step runs each step on a threadblock of its own that waits for the step before, and
-    the runtime finishes a step's whole chunk before that: with one chunk a tree the chain's threadblocks take
-    turns, with several they work on successive chunks at once (2 x dgx-a100 reduce-scatter, 2 copies: 16 MB
-    52 -> 104 GB/s busbw at depth 8, 64 MB 59 -> 173). Each chunk more is a message more per step, so small
-    calls lose: the depth is chosen at the sizes the copies are. Returns the file and the facts that say what
-    was tried."""
+    another on its lane, :func:`colls.synth.trees._deal`; a direct block is summed in that many pieces,
+    :mod:`colls.synth.direct`), at its count and copies, simulated at :data:`SIZES`; each doubling is taken
+    while it is at least :data:`COPIES_GAIN` faster, and the search stops at the first that is not, or that the
+    target cannot load (steps per threadblock, offsets) or ``fits`` refuses; a file whose lanes already carry
+    :data:`QUEUED` chunks in sequence is kept as it is. Why: a vertex that sums its children one per step runs
+    each step on a threadblock of its own that waits for the step before, and the runtime finishes a step's
+    whole chunk before that: with one chunk a tree the chain's threadblocks take turns, with several they work
+    on successive chunks at once (2 x dgx-a100 reduce-scatter, 2 copies: 16 MB 52 -> 104 GB/s busbw at depth 8,
+    64 MB 59 -> 173). Each chunk more is a message more per step, so small calls lose: the depth is chosen at
+    the sizes the copies are. Returns the file and the facts that say what was tried."""
+    if queued(chosen) >= QUEUED:        # its lanes already run chunks in sequence: little to gain, much to make
+        return chosen, {}
     if score is None:
         score = _score(_timer(chosen, topology))
     if score is None:                   # not run by the runtime at the sizes compared: nothing to compare
@@ -242,8 +278,8 @@ def deepest(chosen, topology, collective, method: str, options: dict, unproved: 
     facts.update({k: chosen.facts[k] for k in _COUNT_FACTS if k in chosen.facts})    # how the count was chosen
     if depth > 1:
         tried = ", ".join(str(d) for d in sorted(timed))
-        facts["depth_note"] = (f"{depth} chunks a tree, one after another on its lane: the fastest simulated of "
-                               f"{tried} at {' and '.join(size_text(s) for s in SIZES)}")
+        facts["depth_note"] = (f"{depth} {DEPTH_METHODS[method][1]}: the fastest simulated of {tried} at "
+                               f"{' and '.join(size_text(s) for s in SIZES)}")
     return best, facts
 
 

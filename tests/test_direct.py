@@ -141,3 +141,41 @@ def test_alltoall_places_staged_blocks_side_by_side_and_fills_the_links():
     t, _ = simulate(c.program, topo, "alltoall", size)
     best = bounds.runtime_optimum(topo, "alltoall", "exe").time_us(size)
     assert best / t.time_us > 0.5 and t.busiest_util > 0.5
+
+
+@pytest.mark.parametrize("kind", ["reducescatter", "reduce", "allreduce"])
+@pytest.mark.parametrize("depth", [2, 5])
+def test_a_block_summed_in_pieces_is_right_and_pipelined(kind, depth):
+    """depth d: the chunk factor times d, the block cut into pieces of one chunk (ops of several chunks are
+    several messages in large calls, and four ranks at pieces of two chunks wait on each other in a cycle);
+    sender p sends piece j at step p + j, so every piece is summed in the same sender order and each sender's
+    threadblock works through the pieces in turn; proved in and out of place."""
+    pipeline = pytest.importorskip("colls.pipeline")
+    topo = topos.switch_node(4)
+    s = direct.synthesize(topo, Collective(kind, 4, 3, root=1), depth=depth)
+    s.check()
+    one = direct.synthesize(topo, Collective(kind, 4, 3, root=1))
+    assert s.collective.chunks == one.collective.chunks * depth
+    pieces = s.collective.chunks // (4 if kind == "allreduce" else 1)
+    assert s.info["depth"] == depth and {op.count for op in s.ops} == {1}
+    assert s.nsteps == 3 + pieces - 1 + (kind == "allreduce")
+    assert pipeline.compile_schedule(topo, Collective(kind, 4, 3, root=1), "direct",
+                                     options={"depth": depth}).report.ok
+    with pytest.raises(CollsError, match="depth"):
+        direct.synthesize(topo, Collective(kind, 4, root=1), depth=0)
+
+
+def test_pieces_keep_every_summing_threadblock_busy():
+    """One DGX A100, reduce-scatter and allreduce at 4 copies: with the block in one piece each sum waits for the
+    whole previous one (16 MB: 59 and 90 GB/s busbw); in 8 pieces the senders' threadblocks sum at once."""
+    from colls import pipeline
+    from colls.inputs.hardware import load_topology
+    from colls.simulate import simulate
+    topo = load_topology("dgx-a100", 1)
+    for kind in ("reducescatter", "allreduce"):
+        t = {}
+        for depth in (1, 8):
+            c = pipeline.compile_schedule(topo, Collective(kind, 8), "direct", options={"depth": depth}, instances=4,
+                                          in_memory=True, prove=False)
+            t[depth] = simulate(c.program, topo, kind, 16 << 20)[0].time_us
+        assert t[8] < t[1] / 1.4, (kind, t)

@@ -86,7 +86,7 @@ def test_trees_carry_as_many_chunks_a_tree_as_simulate_fastest():
     coll = Collective("reducescatter", topo.ngpus)
     deep = tune.compile_fastest(topo, coll, "trees")
     one = tune.compile_fastest(topo, coll, "trees", tune_depth=False)
-    depth = deep.schedule.info["chunks_per_tree"]
+    depth = deep.schedule.info["depth"]
     tried = {int(d): t for d, t in deep.facts["depth_tuned"]["geomean_us"].items()}
     assert depth > 1 and tried[depth] == min(tried.values()) and "depth_tuned" not in one.facts
     assert one.schedule.info["chunks_per_tree"] == 1

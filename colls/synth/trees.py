@@ -409,7 +409,7 @@ def synthesize(topology: Topology, collective: Collective, trees_per_gpu: int | 
     ops, scratch = builder.finish(lane_of)
     nlanes = 1 + max(lane_of, default=0)
     schedule = Schedule(coll, ops, METHOD, scratch)
-    schedule.info.update(_info(topology, collective, plans, k, k_opt, capped, nlanes, mult))
+    schedule.info.update(_info(topology, collective, plans, k, k_opt, capped, nlanes, mult, depth))
     schedule.info.update(schedule_facts(schedule, topology))
     return schedule
 
@@ -806,7 +806,7 @@ def _equivariant_lanes(builder: _Builder, L: int) -> list[int] | None:
 # --------------------------------------------------------------------------------------------------------
 # Facts
 # --------------------------------------------------------------------------------------------------------
-def _info(topology, collective, plans, k, k_opt, capped, nlanes, mult) -> dict:
+def _info(topology, collective, plans, k, k_opt, capped, nlanes, mult, depth) -> dict:
     n = collective.nranks
     rooted = collective.kind in ("broadcast", "reduce")
     info: dict = {"method": METHOD, "k": k, "k_optimal": k_opt if capped is None else None,
@@ -839,6 +839,7 @@ def _info(topology, collective, plans, k, k_opt, capped, nlanes, mult) -> dict:
         "trees": sum(part["trees"] for part in parts),
         "splitting": "+".join(sorted({part["splitting"] for part in parts})),
         "chunks_per_tree": mult,
+        "depth": depth,
     })
     if len(parts) == 1:
         info.update({key: val for key, val in parts[0].items() if key not in info and key != "direction"})
