@@ -210,10 +210,10 @@ _COUNT_FACTS = ("trees_per_gpu_tried", "limited_by", "chunks_note", "count_note"
 # The methods whose schedules take a depth option (the pieces a part of the schedule is cut into, one after
 # another on its threadblocks), for which collectives, and how a summary names the depth: trees, whose vertices
 # sum or forward their children's chunks one per step; direct, whose ranks sum the other ranks' shares one
-# sender at a time (colls.synth.direct).
+# sender at a time, and whose alltoall copies blocks out of scratch as they arrive (colls.synth.direct).
 DEPTH_METHODS = {"trees": (None, "chunks a tree, one after another on its lane"),
-                 "direct": (("reducescatter", "reduce", "allreduce"), "pieces a block, each summed by the senders "
-                                                                      "in turn")}
+                 "direct": (("reducescatter", "reduce", "allreduce", "alltoall"),
+                            "pieces a block, one after another on each threadblock")}
 
 
 # A file whose lanes each carry this many chunks in sequence already is not made deeper (:func:`deepest`): the

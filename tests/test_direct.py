@@ -179,3 +179,33 @@ def test_pieces_keep_every_summing_threadblock_busy():
                                           in_memory=True, prove=False)
             t[depth] = simulate(c.program, topo, kind, 16 << 20)[0].time_us
         assert t[8] < t[1] / 1.4, (kind, t)
+
+
+@pytest.mark.parametrize("name", ["switch4", "switch8"])
+def test_an_alltoall_in_pieces_is_right_in_and_out_of_place(name):
+    """depth d: every block moves as one-chunk pieces, piece k at step k, and a block staged in scratch is
+    copied out piece by piece as its pieces arrive."""
+    pipeline = pytest.importorskip("colls.pipeline")
+    topo = FIXTURES[name]()
+    n = topo.ngpus
+    s = direct.synthesize(topo, Collective("alltoall", n, 2), depth=3)
+    s.check()
+    assert s.collective.chunks == 6 and {op.count for op in s.ops if not op.local or op.src_buf == "s"} == {1}
+    assert s.info["depth"] == 3
+    assert pipeline.compile_schedule(topo, Collective("alltoall", n, 2), "direct", options={"depth": 3}).report.ok
+
+
+def test_an_alltoall_in_pieces_ends_one_piece_after_its_transfers():
+    """The blocks staged for in-place calls were copied out whole after they arrived: at 64 MB on one DGX A100
+    the call ended a 2 MB copy after its last transfer (453 us against NCCL's 366); copied piece by piece as the
+    pieces arrive, 330 us."""
+    from colls import pipeline
+    from colls.inputs.hardware import load_topology
+    from colls.simulate import simulate
+    topo = load_topology("dgx-a100", 1)
+    t = {}
+    for depth in (1, 4):
+        c = pipeline.compile_schedule(topo, Collective("alltoall", 8), "direct", options={"depth": depth},
+                                      instances=4, in_memory=True, prove=False)
+        t[depth] = simulate(c.program, topo, "alltoall", 64 << 20)[0].time_us
+    assert t[4] < t[1] / 1.25, t

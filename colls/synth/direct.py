@@ -68,14 +68,17 @@ def synthesize(topology: Topology, collective: Collective, **options) -> Schedul
         collective = collective.with_chunks(collective.chunks * depth)
     routes = _Routes(topology, collective)
     if collective.kind == "alltoall":
-        ops, scratch = alltoall_ops(collective, routes, copy_lanes=copy_lanes(topology, n, options.get("max_tbs")))
+        if depth > 1:
+            collective = collective.with_chunks(collective.chunks * depth)
+        ops, scratch = alltoall_ops(collective, routes, copy_lanes=copy_lanes(topology, n, options.get("max_tbs")),
+                                    pieces=collective.chunks if depth > 1 else 1)
     elif collective.kind in _SUMS:       # pieces of one chunk each (see _gather_sum)
         ops, scratch = _SUMS[collective.kind](collective, routes, depth > 1), 0
     else:
         ops, scratch = _BUILDERS[collective.kind](collective, routes), 0
     schedule = Schedule(collective, ops, METHOD, scratch)
     schedule.info.update(schedule_facts(schedule, topology))
-    if collective.kind in _SUMS:
+    if collective.kind in _SUMS or collective.kind == "alltoall":
         schedule.info["depth"] = depth
     return schedule
 
@@ -120,7 +123,7 @@ def copy_lanes(topology: Topology, n: int, max_tbs: int | None) -> int:
 
 
 def alltoall_ops(coll: Collective, route, step=lambda src, dst: 0,
-                 paths: dict | None = None, copy_lanes: int = 0) -> tuple[list[Op], int]:
+                 paths: dict | None = None, copy_lanes: int = 0, pieces: int = 1) -> tuple[list[Op], int]:
     """Alltoall: rank ``r``'s input block ``q`` goes to rank ``q``'s output block ``r``, leaving at
     ``step(r, q)`` (the same step for both directions of a pair). Returns (ops, scratch).
 
@@ -137,8 +140,17 @@ def alltoall_ops(coll: Collective, route, step=lambda src, dst: 0,
     round-robin onto lanes 1 to ``copy_lanes`` (each lane a threadblock of its own, so that the copies run
     side by side, each as soon as its block has arrived: one threadblock copying up to N - 1 blocks one
     after another at its copy rate takes far longer than the transfers).
+
+    ``pieces`` (straight paths only): every block moves as that many ops of ``c / pieces`` chunks, piece k at
+    step ``step(r, q) + k``, and is copied out of scratch piece by piece, each as it arrives: the call then
+    ends one piece's copy after its last transfer, not one block's (the copies run at one threadblock's rate).
     """
     n, c = coll.nranks, coll.chunks
+    if pieces > 1:
+        if paths is not None or c % pieces:
+            raise CollsError(f"alltoall in {pieces} pieces needs straight paths and a chunk factor they divide "
+                             f"(got {c})")
+        return _alltoall_pieces(coll, route, step, copy_lanes, pieces)
     paths = paths or {(r, q): [r, q] for r in range(n) for q in range(n) if r != q}
     ops = [Op(0, r, r, "i", r * c, "o", r * c, c) for r in range(n)]
     staged: dict = {q: [] for q in range(n)}
@@ -169,6 +181,35 @@ def alltoall_ops(coll: Collective, route, step=lambda src, dst: 0,
     staging = max((r + 1 for sources in staged.values() for r in sources), default=0)
     transit = max(len(slots) for slots in relayed.values())
     return ops, (n + transit if transit else staging) * c
+
+
+def _alltoall_pieces(coll: Collective, route, step, copy_lanes: int, pieces: int) -> tuple[list[Op], int]:
+    """:func:`alltoall_ops` with every block in ``pieces`` ops (straight paths): a block that lands in scratch
+    (its rank's output still holds what is to be sent, see there) is copied out piece by piece on its copy
+    lane, in the order its pieces arrive."""
+    n, c = coll.nranks, coll.chunks
+    size = c // pieces
+    ops = [Op(0, r, r, "i", r * c, "o", r * c, c) for r in range(n)]
+    staged: dict = {q: [] for q in range(n)}
+    last = 0
+    for r in range(n):
+        for q in range(n):
+            if r == q:
+                continue
+            direct_out = r > q          # the pair swaps in one step: the higher rank's block goes straight out
+            if not direct_out:
+                staged[q].append(r)
+            for k in range(pieces):
+                dst = ("o" if direct_out else "s", r * c + k * size)
+                ops.append(Op(step(r, q) + k, r, q, "i", q * c + k * size, *dst, size, route=route(r, q)))
+                last = max(last, step(r, q) + k)
+    for q, sources in staged.items():
+        for i, r in enumerate(sorted(sources)):
+            lane = 1 + i % copy_lanes if copy_lanes > 0 else 0
+            ops.extend(Op(last + 1 + k, q, q, "s", r * c + k * size, "o", r * c + k * size, size, lane=lane)
+                       for k in range(pieces))
+    staging = max((r + 1 for sources in staged.values() for r in sources), default=0)
+    return ops, staging * c
 
 
 def _transit_slot(slots: list, arrive: int, leave: int) -> int:
