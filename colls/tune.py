@@ -216,21 +216,12 @@ DEPTH_METHODS = {"trees": (None, "chunks a tree, one after another on its lane")
                             "pieces a block, one after another on each threadblock")}
 
 
-# A file whose lanes each carry this many chunks in sequence already is not made deeper (:func:`deepest`): the
-# trees of one lane run one after another on its threadblocks, so their chains already overlap as a deeper
-# tree's chunks would. 16 x dgx-a100 (4 to 16 trees a lane): depth 2 gained 4-11 % at some sizes in compile and
-# took 30 s more to make there (49 s against 20 for the synthesis stage, 2 processes); 2 x dgx-a100 (one tree a
-# lane): 2x at 16-64 MB.
-QUEUED = 4
-
-
-def queued(compiled) -> float:
-    """The chunks each lane of ``compiled``'s trees carries one after another (1 for other methods: a direct
-    block's pieces are its depth)."""
-    info = compiled.schedule.info
-    if info.get("method") != "trees" or not info.get("lanes"):
-        return 1
-    return info["trees"] * info["chunks_per_tree"] / info["lanes"]
+# The most ops a deeper file may have (its schedule's, copies included): each doubling of the depth makes and
+# lowers the file again, which costs in proportion to its ops. 16 x dgx-a100's allgather has 16,384 ops at one
+# chunk a tree (its allreduce 32,512); there depth 2 gained 4-11 % at a few sizes and took compile's synthesis
+# stage from 20 to 49 s (2 processes), while on 2 x mi250 the allreduce (1,984 ops) runs 2.4x faster at 1 GB
+# at depth 8 (56 -> 137 GB/s busbw: its 32 trees queue on 8 lanes a way under RCCL's 64 threadblocks).
+DEEP_OPS = 16384
 
 
 def deepens(method: str, kind: str) -> bool:
@@ -250,15 +241,13 @@ def deepest(chosen, topology, collective, method: str, options: dict, unproved: 
     another on its lane, :func:`colls.synth.trees._deal`; a direct block is summed in that many pieces,
     :mod:`colls.synth.direct`), at its count and copies, simulated at :data:`SIZES`; each doubling is taken
     while it is at least :data:`COPIES_GAIN` faster, and the search stops at the first that is not, or that the
-    target cannot load (steps per threadblock, offsets) or ``fits`` refuses; a file whose lanes already carry
-    :data:`QUEUED` chunks in sequence is kept as it is. Why: a vertex that sums its children one per step runs
+    target cannot load (steps per threadblock, offsets) or ``fits`` refuses, or the file would have more than
+    :data:`DEEP_OPS` ops. Why: a vertex that sums its children one per step runs
     each step on a threadblock of its own that waits for the step before, and the runtime finishes a step's
     whole chunk before that: with one chunk a tree the chain's threadblocks take turns, with several they work
     on successive chunks at once (2 x dgx-a100 reduce-scatter, 2 copies: 16 MB 52 -> 104 GB/s busbw at depth 8,
     64 MB 59 -> 173). Each chunk more is a message more per step, so small calls lose: the depth is chosen at
     the sizes the copies are. Returns the file and the facts that say what was tried."""
-    if queued(chosen) >= QUEUED:        # its lanes already run chunks in sequence: little to gain, much to make
-        return chosen, {}
     if score is None:
         score = _score(_timer(chosen, topology))
     if score is None:                   # not run by the runtime at the sizes compared: nothing to compare
@@ -269,6 +258,8 @@ def deepest(chosen, topology, collective, method: str, options: dict, unproved: 
     settings = dict(unproved, instances=chosen.facts["instances"])
 
     def deeper(depth: int, before: float):
+        if len(chosen.schedule.ops) * depth > DEEP_OPS:
+            return None
         more = pipeline.compile_schedule(topology, collective, method, options=dict(opts, depth=depth), **settings)
         return more if fits is None or fits(more) else None
 
