@@ -40,9 +40,8 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
     (module docstring) when the method is trees and no count was given, the copies of the schedule
     (``instances``) too when none were given (:func:`_fastest_copies`), and then the depth of the pipeline
     through the schedule (chunks a tree, pieces a direct block: :func:`deepest`) when ``tune_depth`` and no
-    depth was given
-    (``colls synth --chunks`` given: the chunk factor asked for, not tuned); ``fits``: whether a deeper file
-    may be taken (an MSCCL++ plan: its ops per threadblock)."""
+    depth was given (``colls synth --chunks`` given: the chunk factor asked for, not tuned); ``fits``: whether
+    a deeper file may be taken (an MSCCL++ plan: its ops per threadblock)."""
     options = dict(options or {})
     settings["instances"] = instances or 1
     count = not (method != "trees" or options.get("trees_per_gpu") or collective.kind in ("broadcast", "reduce")
@@ -242,12 +241,12 @@ def deepest(chosen, topology, collective, method: str, options: dict, unproved: 
     :mod:`colls.synth.direct`), at its count and copies, simulated at :data:`SIZES`; each doubling is taken
     while it is at least :data:`COPIES_GAIN` faster, and the search stops at the first that is not, or that the
     target cannot load (steps per threadblock, offsets) or ``fits`` refuses, or the file would have more than
-    :data:`DEEP_OPS` ops. Why: a vertex that sums its children one per step runs
-    each step on a threadblock of its own that waits for the step before, and the runtime finishes a step's
-    whole chunk before that: with one chunk a tree the chain's threadblocks take turns, with several they work
-    on successive chunks at once (2 x dgx-a100 reduce-scatter, 2 copies: 16 MB 52 -> 104 GB/s busbw at depth 8,
-    64 MB 59 -> 173). Each chunk more is a message more per step, so small calls lose: the depth is chosen at
-    the sizes the copies are. Returns the file and the facts that say what was tried."""
+    :data:`DEEP_OPS` ops. Why: a vertex that sums its children one per step runs each step on a threadblock of
+    its own that waits for the step before, and the runtime finishes a step's whole chunk before that: with
+    one chunk a tree the chain's threadblocks take turns, with several they work on successive chunks at once
+    (2 x dgx-a100 reduce-scatter, 2 copies: 16 MB 52 -> 104 GB/s busbw at depth 8, 64 MB 59 -> 173). Each chunk
+    more is a message more per step, so small calls lose: the depth is chosen at the sizes the copies are.
+    Returns the file and the facts that say what was tried."""
     if score is None:
         score = _score(_timer(chosen, topology))
     if score is None:                   # not run by the runtime at the sizes compared: nothing to compare
