@@ -32,6 +32,7 @@ from colls.synth import trees
 from colls.sizes import size_text
 
 SIZES = (16 << 20, 256 << 20)
+HOLD = 1 << 30      # the size a default file's depth may not lose at (:func:`deepest`): synth's largest summary size
 
 
 def compile_fastest(topology, collective, method: str, *, options: dict | None = None, instances: int | None = None,
@@ -59,7 +60,7 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
         chosen, more, score = _fastest_copies(chosen, topology, score, timer)
         facts.update(more)
     if deepen:
-        chosen, more = deepest(chosen, topology, collective, method, options, unproved, score, fits)
+        chosen, more = deepest(chosen, topology, collective, method, options, unproved, score, fits, hold=HOLD)
         facts.update(more)
     if settings.get("in_memory") and not settings.get("prove", True):
         result = chosen         # already made so: in memory, not proved
@@ -235,7 +236,7 @@ def depth_words(method: str, depth: int) -> str:
 
 
 def deepest(chosen, topology, collective, method: str, options: dict, unproved: dict, score: float | None = None,
-            fits=None):
+            fits=None, hold: int | None = None):
     """``chosen`` made again at depth 2, 4, 8, ... (``depth``: each tree carries that many chunks one after
     another on its lane, :func:`colls.synth.trees._deal`; a direct block is summed in that many pieces,
     :mod:`colls.synth.direct`), at its count and copies, simulated at :data:`SIZES`; each doubling is taken
@@ -246,7 +247,10 @@ def deepest(chosen, topology, collective, method: str, options: dict, unproved: 
     one chunk a tree the chain's threadblocks take turns, with several they work on successive chunks at once
     (2 x dgx-a100 reduce-scatter, 2 copies: 16 MB 52 -> 104 GB/s busbw at depth 8, 64 MB 59 -> 173). Each chunk
     more is a message more per step, so small calls lose: the depth is chosen at the sizes the copies are.
-    Returns the file and the facts that say what was tried."""
+    ``hold``: a call size (bytes) at which no doubling may be slower (by :data:`COPIES_GAIN`) than the file
+    before it: synth's one file serves every size, and a deeper file can win at 16 and 256 MB and lose at 1 GB
+    (1 x ndv2 trees allgather at 8 chunks a tree: 16 MB 37 -> 54 GB/s busbw, 1 GB 97 -> 89). Returns the file
+    and the facts that say what was tried."""
     if score is None:
         score = _score(_timer(chosen, topology))
     if score is None:                   # not run by the runtime at the sizes compared: nothing to compare
@@ -256,11 +260,22 @@ def deepest(chosen, topology, collective, method: str, options: dict, unproved: 
         opts["trees_per_gpu"] = chosen.schedule.info["k"]
     settings = dict(unproved, instances=chosen.facts["instances"])
 
+    held = {1: _time_at(chosen, topology, hold)} if hold else {}
+    lost = []                           # the depth slower at ``hold``, if the search ended there
+
     def deeper(depth: int, before: float):
         if len(chosen.schedule.ops) * depth > DEEP_OPS:
             return None
         more = pipeline.compile_schedule(topology, collective, method, options=dict(opts, depth=depth), **settings)
-        return more if fits is None or fits(more) else None
+        if fits is not None and not fits(more):
+            return None
+        if hold:
+            held[depth] = _time_at(more, topology, hold)
+            if held[depth] is None or held[depth // 2] is None or \
+                    held[depth] > held[depth // 2] * (1 + COPIES_GAIN):
+                lost.append(depth)
+                return None
+        return more
 
     timed, best, depth = _doubling(chosen, score, deeper, topology)
     facts: dict = {"depth_tuned": {"sizes": [size_text(s) for s in SIZES],
@@ -270,7 +285,18 @@ def deepest(chosen, topology, collective, method: str, options: dict, unproved: 
         tried = ", ".join(str(d) for d in sorted(timed))
         facts["depth_note"] = (f"{depth} {DEPTH_METHODS[method][1]}: the fastest simulated of {tried} at "
                                f"{' and '.join(size_text(s) for s in SIZES)}")
+    if lost:
+        unit = DEPTH_METHODS[method][1].split(",")[0]
+        first, rest = unit.split(" ", 1)
+        head = facts.get("depth_note", f"one {first[:-1]} {rest}")
+        facts["depth_note"] = f"{head} (at {lost[0]} {unit}, slower at {size_text(hold)})"
     return best, facts
+
+
+def _time_at(compiled, topology, size: int) -> float | None:
+    """``compiled``'s simulated time at ``size`` (microseconds), None when the runtime would not run it there."""
+    t = _timer(compiled, topology).time(size)
+    return t.time_us if t is not None and t.served else None
 
 
 def own_channels(compiled, copies: int) -> bool:
