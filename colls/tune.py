@@ -181,11 +181,12 @@ def _fastest_copies(chosen, topology, score: float | None = None, timer=None):
     return best, facts, timed[copies]
 
 
-def _doubling(chosen, score: float, make, topology) -> tuple[dict, object, int]:
+def _doubling(chosen, score: float, make, topology, accept=None) -> tuple[dict, object, int]:
     """The search :func:`_fastest_copies` and :func:`deepest` share: ``make(n, score of n / 2)`` is the file at
     n = 2, 4, 8, ... (None, or CollsError: more than the target loads, and the search ends), simulated at
-    :data:`SIZES`; each doubling is taken while it is at least :data:`COPIES_GAIN` faster than the one before,
-    and the first that is not ends the search. Returns the scores by n, the file taken and its n."""
+    :data:`SIZES`; each doubling is taken while it is at least :data:`COPIES_GAIN` faster than the one before
+    and ``accept(n, file, its timer)`` (when given) agrees, and the first that is not ends the search. Returns
+    the scores by n, the file taken and its n."""
     timed, best, n = {1: score}, chosen, 1
     while True:
         try:
@@ -194,11 +195,12 @@ def _doubling(chosen, score: float, make, topology) -> tuple[dict, object, int]:
             break
         if more is None:
             break
-        t = _score(_timer(more, topology), timed[n] * (1 - COPIES_GAIN))
+        timer = _timer(more, topology)
+        t = _score(timer, timed[n] * (1 - COPIES_GAIN))
         if t is None:
             break
         timed[n * 2] = t
-        if t > timed[n] * (1 - COPIES_GAIN):
+        if t > timed[n] * (1 - COPIES_GAIN) or (accept is not None and not accept(n * 2, more, timer)):
             break
         best, n = more, n * 2
     return timed, best, n
@@ -260,24 +262,27 @@ def deepest(chosen, topology, collective, method: str, options: dict, unproved: 
         opts["trees_per_gpu"] = chosen.schedule.info["k"]
     settings = dict(unproved, instances=chosen.facts["instances"])
 
-    held = {1: _time_at(chosen, topology, hold)} if hold else {}
+    held: dict = {}                     # the time at ``hold`` of each depth taken, found when first needed
     lost = []                           # the depth slower at ``hold``, if the search ended there
 
     def deeper(depth: int, before: float):
         if len(chosen.schedule.ops) * depth > DEEP_OPS:
             return None
         more = pipeline.compile_schedule(topology, collective, method, options=dict(opts, depth=depth), **settings)
-        if fits is not None and not fits(more):
-            return None
-        if hold:
-            held[depth] = _time_at(more, topology, hold)
-            if held[depth] is None or held[depth // 2] is None or \
-                    held[depth] > held[depth // 2] * (1 + COPIES_GAIN):
-                lost.append(depth)
-                return None
-        return more
+        return more if fits is None or fits(more) else None
 
-    timed, best, depth = _doubling(chosen, score, deeper, topology)
+    def holds(depth: int, more, timer) -> bool:
+        if not hold:
+            return True
+        if 1 not in held:
+            held[1] = _time_at(_timer(chosen, topology), hold)
+        held[depth] = _time_at(timer, hold)
+        if held[depth] is None or held[depth // 2] is None or held[depth] > held[depth // 2] * (1 + COPIES_GAIN):
+            lost.append(depth)
+            return False
+        return True
+
+    timed, best, depth = _doubling(chosen, score, deeper, topology, accept=holds)
     facts: dict = {"depth_tuned": {"sizes": [size_text(s) for s in SIZES],
                                    "geomean_us": {str(d): round(t, 3) for d, t in sorted(timed.items())}}}
     facts.update({k: chosen.facts[k] for k in _COUNT_FACTS if k in chosen.facts})    # how the count was chosen
@@ -293,9 +298,10 @@ def deepest(chosen, topology, collective, method: str, options: dict, unproved: 
     return best, facts
 
 
-def _time_at(compiled, topology, size: int) -> float | None:
-    """``compiled``'s simulated time at ``size`` (microseconds), None when the runtime would not run it there."""
-    t = _timer(compiled, topology).time(size)
+def _time_at(timer, size: int) -> float | None:
+    """The simulated time at ``size`` (microseconds) of ``timer``'s file (:func:`_timer`), None when the runtime
+    would not run it there."""
+    t = timer.time(size)
     return t.time_us if t is not None and t.served else None
 
 
