@@ -250,7 +250,7 @@ def hardware_import(path, output, name, gpu_model, sms, link_bandwidth):
 @click.option("--outofplace-only", is_flag=True, help="Claim out-of-place calls only.")
 @click.option("--chunks", type=Whole(1, MAX_COPIES), default=None,
               help="Chunk factor: chunks per rank's share (a method may need more; default 1, and trees "
-                   "carry as many chunks a tree as simulate fastest).")
+                   "and direct cut their schedule into as many chunks as simulate fastest).")
 @click.option("--root", type=Whole(0, MAX_NODES * MAX_COPIES), default=None,
               help="Root rank: required for broadcast and reduce (a file serves one root only).")
 @click.option("--rings", type=Whole(1, MAX_COPIES), default=None, help="ring: number of rings (default: best found).")

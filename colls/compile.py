@@ -2,10 +2,9 @@
 
 For each collective asked for, every method (:data:`METHODS`: ring, direct, trees, milp; and hier, of
 :data:`OPTIONAL_METHODS`, on more than one node or when ``--methods`` names it) synthesizes a schedule once; each is lowered again with 1, 2, 4 and 8 independent copies (``--instances``) while the
-copies get channels of their own and the target loads the result (trees, and direct's sums: its most copies
-also made again carrying several chunks a tree or pieces a block, as deep as simulates faster,
-:func:`colls.tune.deepest`), and every
-variant runs at each protocol (LL, LL128, Simple). The simulator (:mod:`colls.simulate`) times the fastest of those per method at every call size (the search skips a
+copies get channels of their own and the target loads the result (trees and direct: its most copies also made
+again carrying several chunks a tree or pieces a block, as deep as simulates faster, :func:`colls.tune.deepest`),
+and every variant runs at each protocol (LL, LL128, Simple). The simulator (:mod:`colls.simulate`) times the fastest of those per method at every call size (the search skips a
 configuration only when a proven lower bound shows it cannot win by more than 0.1 %, :class:`colls.simulate.baseline.
 Fastest`), and times NCCL's own ring (and, for allreduce, its tree) at its best protocol, on the channels
 NCCL's per-call rule gives. At each size the winner is the fastest file, unless the runtime's own algorithm is within the
@@ -357,9 +356,9 @@ def _first(topology, coll, name, target, options, m: Method | None, make=tune.co
 
 def _deeper(topology, coll, name, target, options, m: Method) -> None:
     """The method's file with its most copies made again with the deepest pipeline through its schedule that
-    simulates faster (:func:`colls.tune.deepest`: trees carrying several chunks each), beside the copies: its
-    smaller messages win the middle and large sizes, and cost the small ones, where the copies of one chunk a
-    tree stay to win them."""
+    simulates faster (:func:`colls.tune.deepest`: trees carrying several chunks each, direct blocks in pieces),
+    beside the copies: its smaller messages win the middle and large sizes, and cost the small ones, where the
+    copies of one chunk a tree stay to win them."""
     if not tune.deepens(name, coll.kind) or not m.variants:
         return
     last = m.variants[-1]

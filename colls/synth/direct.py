@@ -62,14 +62,13 @@ def synthesize(topology: Topology, collective: Collective, **options) -> Schedul
     depth = options.get("depth", 1)
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise CollsError(f"must be a positive integer, got {depth!r}", key="depth")
+    deep = collective.kind in _SUMS or collective.kind == "alltoall"     # the kinds a depth cuts into pieces
     if collective.kind == "allreduce":
         collective = collective.with_chunks(n * depth * -(-collective.chunks // n))
-    elif collective.kind in _SUMS:
+    elif deep:
         collective = collective.with_chunks(collective.chunks * depth)
     routes = _Routes(topology, collective)
     if collective.kind == "alltoall":
-        if depth > 1:
-            collective = collective.with_chunks(collective.chunks * depth)
         ops, scratch = alltoall_ops(collective, routes, copy_lanes=copy_lanes(topology, n, options.get("max_tbs")),
                                     pieces=collective.chunks if depth > 1 else 1)
     elif collective.kind in _SUMS:       # pieces of one chunk each (see _gather_sum)
@@ -78,7 +77,7 @@ def synthesize(topology: Topology, collective: Collective, **options) -> Schedul
         ops, scratch = _BUILDERS[collective.kind](collective, routes), 0
     schedule = Schedule(collective, ops, METHOD, scratch)
     schedule.info.update(schedule_facts(schedule, topology))
-    if collective.kind in _SUMS or collective.kind == "alltoall":
+    if deep:
         schedule.info["depth"] = depth
     return schedule
 
