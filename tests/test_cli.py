@@ -182,3 +182,17 @@ def test_verify_buffsize_moves_the_size_at_which_a_hang_starts(tmp_path):
     assert rc == 1 and "hangs for calls of 8388609 bytes or more" in stdout
     rc, stdout, _ = run("verify", str(path), "--buffsize", str(1 << 24))
     assert rc == 1 and "hangs for calls of 33554433 bytes or more" in stdout and "NCCL_BUFFSIZE=16777216" in stdout
+
+
+def test_synth_chooses_the_depth_unless_chunks_is_given(tmp_path):
+    """Without --chunks a trees file carries as many chunks a tree as simulate fastest, and the summary says so;
+    --chunks given is the chunk factor asked for, nothing searched."""
+    deep = run("synth", "--hardware", "dgx-a100", "--nodes", "2", "--collective", "reducescatter", "--method",
+               "trees", "-o", str(tmp_path / "deep.xml"), "--json")
+    asked = run("synth", "--hardware", "dgx-a100", "--nodes", "2", "--collective", "reducescatter", "--method",
+                "trees", "--chunks", "1", "-o", str(tmp_path / "one.xml"), "--json")
+    assert deep[0] == 0 and asked[0] == 0, (deep[2], asked[2])
+    deep, asked = json.loads(deep[1]), json.loads(asked[1])
+    assert deep["method_info"]["depth"] > 1 and "chunks a tree" in deep["depth_note"]
+    assert asked["method_info"]["depth"] == 1 and "depth_tuned" not in asked
+    assert deep["chunks_per_loop"] == asked["chunks_per_loop"] * deep["method_info"]["depth"]
