@@ -32,7 +32,6 @@ from colls.synth import trees
 from colls.sizes import size_text
 
 SIZES = (16 << 20, 256 << 20)
-HOLD = 1 << 30      # the size a default file's depth may not lose at (:func:`deepest`): synth's largest summary size
 
 
 def compile_fastest(topology, collective, method: str, *, options: dict | None = None, instances: int | None = None,
@@ -60,7 +59,7 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
         chosen, more, score = _fastest_copies(chosen, topology, score, timer)
         facts.update(more)
     if deepen:
-        chosen, more = deepest(chosen, topology, collective, method, options, unproved, score, fits, hold=HOLD)
+        chosen, more = deepest(chosen, topology, collective, method, options, unproved, score, fits, hold=True)
         facts.update(more)
     if settings.get("in_memory") and not settings.get("prove", True):
         result = chosen         # already made so: in memory, not proved
@@ -185,8 +184,8 @@ def _doubling(chosen, score: float, make, topology, accept=None) -> tuple[dict, 
     """The search :func:`_fastest_copies` and :func:`deepest` share: ``make(n, score of n / 2)`` is the file at
     n = 2, 4, 8, ... (None, or CollsError: more than the target loads, and the search ends), simulated at
     :data:`SIZES`; each doubling is taken while it is at least :data:`COPIES_GAIN` faster than the one before
-    and ``accept(n, file, its timer)`` (when given) agrees, and the first that is not ends the search. Returns
-    the scores by n, the file taken and its n."""
+    and ``accept(n, its time at each size)`` (when given) agrees, and the first that is not ends the search.
+    Returns the scores by n, the file taken and its n."""
     timed, best, n = {1: score}, chosen, 1
     while True:
         try:
@@ -195,12 +194,12 @@ def _doubling(chosen, score: float, make, topology, accept=None) -> tuple[dict, 
             break
         if more is None:
             break
-        timer = _timer(more, topology)
-        t = _score(timer, timed[n] * (1 - COPIES_GAIN))
+        times: dict = {}
+        t = _score(_timer(more, topology), timed[n] * (1 - COPIES_GAIN), times)
         if t is None:
             break
         timed[n * 2] = t
-        if t > timed[n] * (1 - COPIES_GAIN) or (accept is not None and not accept(n * 2, more, timer)):
+        if t > timed[n] * (1 - COPIES_GAIN) or (accept is not None and not accept(n * 2, times)):
             break
         best, n = more, n * 2
     return timed, best, n
@@ -238,7 +237,7 @@ def depth_words(method: str, depth: int) -> str:
 
 
 def deepest(chosen, topology, collective, method: str, options: dict, unproved: dict, score: float | None = None,
-            fits=None, hold: int | None = None):
+            fits=None, hold: bool = False):
     """``chosen`` made again at depth 2, 4, 8, ... (``depth``: each tree carries that many chunks one after
     another on its lane, :func:`colls.synth.trees._deal`; a direct block is summed in that many pieces,
     :mod:`colls.synth.direct`), at its count and copies, simulated at :data:`SIZES`; each doubling is taken
@@ -249,10 +248,10 @@ def deepest(chosen, topology, collective, method: str, options: dict, unproved: 
     one chunk a tree the chain's threadblocks take turns, with several they work on successive chunks at once
     (2 x dgx-a100 reduce-scatter, 2 copies: 16 MB 52 -> 104 GB/s busbw at depth 8, 64 MB 59 -> 173). Each chunk
     more is a message more per step, so small calls lose: the depth is chosen at the sizes the copies are.
-    ``hold``: a call size (bytes) at which no doubling may be slower (by :data:`COPIES_GAIN`) than the file
-    before it: synth's one file serves every size, and a deeper file can win at 16 and 256 MB and lose at 1 GB
-    (1 x ndv2 trees allgather at 8 chunks a tree: 16 MB 37 -> 54 GB/s busbw, 1 GB 97 -> 89). Returns the file
-    and the facts that say what was tried."""
+    ``hold``: no doubling may be slower (by :data:`COPIES_GAIN`) than the file before it at the largest size
+    compared: synth's one file serves every size, and a deeper file can win the mean with the middle sizes and
+    lose the large ones (1 x ndv2 trees allgather at 2 chunks a tree: 16 MB 37 -> 46 GB/s busbw, 256 MB 80 -> 75,
+    1 GB 97 -> 95; at 8, 1 GB 89). Returns the file and the facts that say what was tried."""
     if score is None:
         score = _score(_timer(chosen, topology))
     if score is None:                   # not run by the runtime at the sizes compared: nothing to compare
@@ -271,12 +270,12 @@ def deepest(chosen, topology, collective, method: str, options: dict, unproved: 
         more = pipeline.compile_schedule(topology, collective, method, options=dict(opts, depth=depth), **settings)
         return more if fits is None or fits(more) else None
 
-    def holds(depth: int, more, timer) -> bool:
+    def holds(depth: int, times: dict) -> bool:
         if not hold:
             return True
         if 1 not in held:
-            held[1] = _time_at(_timer(chosen, topology), hold)
-        held[depth] = _time_at(timer, hold)
+            held[1] = _time_at(_timer(chosen, topology), SIZES[-1])
+        held[depth] = times.get(SIZES[-1])
         if held[depth] is None or held[depth // 2] is None or held[depth] > held[depth // 2] * (1 + COPIES_GAIN):
             lost.append(depth)
             return False
@@ -294,7 +293,7 @@ def deepest(chosen, topology, collective, method: str, options: dict, unproved: 
         unit = DEPTH_METHODS[method][1].split(",")[0]
         first, rest = unit.split(" ", 1)
         head = facts.get("depth_note", f"one {first[:-1]} {rest}")
-        facts["depth_note"] = f"{head} (at {lost[0]} {unit}, slower at {size_text(hold)})"
+        facts["depth_note"] = f"{head} (at {lost[0]} {unit}, slower at {size_text(SIZES[-1])})"
     return best, facts
 
 
@@ -324,11 +323,11 @@ def _timer(result, topology) -> Fastest:
                    protocols=(result.program.proto,))
 
 
-def _score(timer: Fastest, beat: float | None = None) -> float | None:
+def _score(timer: Fastest, beat: float | None = None, times: dict | None = None) -> float | None:
     """The geometric mean of the simulated times at :data:`SIZES` (microseconds) of ``timer``'s program
     (:func:`_timer`); None when the runtime would not run the file at one of them, or when it cannot be below
     ``beat``: the last size is simulated only if its proven lower bound (:class:`colls.simulate.baseline.Fastest`)
-    leaves the mean a chance to be."""
+    leaves the mean a chance to be. ``times``: filled with the time at each size simulated."""
     logs = []
     for i, size in enumerate(SIZES):
         limit = None
@@ -338,6 +337,8 @@ def _score(timer: Fastest, beat: float | None = None) -> float | None:
         if t is None or not t.served:
             return None
         logs.append(math.log(t.time_us))
+        if times is not None:
+            times[size] = t.time_us
     return math.exp(sum(logs) / len(logs))
 
 
