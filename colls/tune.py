@@ -51,15 +51,16 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
         return pipeline.compile_schedule(topology, collective, method, options=options, **settings)
     unproved = dict(settings, in_memory=True, prove=False)      # simulated only; the one chosen is proved after
     if count:
-        chosen, facts, score, timer = _fastest_count(topology, collective, method, options, unproved)
+        chosen, facts, score, timer, times = _fastest_count(topology, collective, method, options, unproved)
     else:
         chosen = pipeline.compile_schedule(topology, collective, method, options=options, **unproved)
-        facts, score, timer = {}, None, None
+        facts, score, timer, times = {}, None, None, None
     if instances is None:
-        chosen, more, score = _fastest_copies(chosen, topology, score, timer)
+        chosen, more, score, times = _fastest_copies(chosen, topology, score, timer, times)
         facts.update(more)
     if deepen:
-        chosen, more = deepest(chosen, topology, collective, method, options, unproved, score, fits, hold=True)
+        chosen, more = deepest(chosen, topology, collective, method, options, unproved, score, fits, hold=True,
+                               times=times)
         facts.update(more)
     if settings.get("in_memory") and not settings.get("prove", True):
         result = chosen         # already made so: in memory, not proved
@@ -83,13 +84,13 @@ def _fastest_count(topology, collective, method, options: dict, unproved: dict):
     lower and to simulate, and where one doubling already loses (the trees queue on the threadblocks the target
     allows) the next rarely wins; a count between two that lost is not looked for."""
     k = trees.k_candidates(topology, collective)[0]
-    made, timed, timers = {}, {}, {}
+    made, timed, timers, scored = {}, {}, {}, {}
     best = None                     # the fastest count so far
     stopped = None                  # the count that was not faster, where the search stopped
 
     def time_it(count):
         timers[count] = _timer(made[count], topology)
-        return _score(timers[count], timed[best] if best is not None else None)
+        return _score(timers[count], timed[best] if best is not None else None, scored.setdefault(count, {}))
 
     count = 1
     while count < k:
@@ -128,7 +129,7 @@ def _fastest_count(topology, collective, method, options: dict, unproved: dict):
         if "trees_per_gpu_tried" not in first.facts:
             facts["trees_per_gpu_tried"] = [k]
     if len(made) < 2 or not timed:
-        return made[chosen], facts, timed.get(chosen), timers.get(chosen)
+        return made[chosen], facts, timed.get(chosen), timers.get(chosen), scored.get(chosen), scored.get(chosen)
     facts["trees_tuned"] = {"sizes": [size_text(s) for s in SIZES], "link_model_k": k,
                             "geomean_us": {str(c): round(t, 3) for c, t in sorted(timed.items())}}
     if made[chosen] is not first:
@@ -138,7 +139,7 @@ def _fastest_count(topology, collective, method, options: dict, unproved: dict):
         facts["count_note"] = (f"{chosen} trees per GPU: the fastest simulated of {others} at "
                                f"{' and '.join(size_text(s) for s in SIZES)} ({why})")
         facts["trees_per_gpu_tried"] = [k, chosen]
-    return made[chosen], facts, timed.get(chosen), timers.get(chosen)
+    return made[chosen], facts, timed.get(chosen), timers.get(chosen), scored.get(chosen)
 
 
 # A doubling of the copies must make the file this much faster to be taken: every copy holds threadblocks (SMs)
@@ -146,7 +147,7 @@ def _fastest_count(topology, collective, method, options: dict, unproved: dict):
 COPIES_GAIN = 0.01
 
 
-def _fastest_copies(chosen, topology, score: float | None = None, timer=None):
+def _fastest_copies(chosen, topology, score: float | None = None, timer=None, times: dict | None = None):
     """``chosen`` (made once, not proved) at 1, 2, 4, ... copies (``--instances``: the schedule replicated on
     channels of its own, each copy a share of every chunk), simulated at :data:`SIZES`: each doubling is taken
     while it is at least :data:`COPIES_GAIN` faster, and the search stops at the first that is not, or that the
@@ -154,15 +155,17 @@ def _fastest_copies(chosen, topology, score: float | None = None, timer=None):
     links alone (:func:`_link_floor`) leave no such gain to find. Why: a ring is
     one chain of threadblocks, each moving its bytes at one threadblock's copy rate (about a tenth of an
     NVSwitch A100's links), so one copy fills a tenth of the links whatever the link model says; NCCL runs its
-    ring on up to 32 channels for the same reason. ``score`` and ``timer``: ``chosen``'s, when already made.
-    Returns the file, the facts that say what was tried and the file's score (None when not timed)."""
+    ring on up to 32 channels for the same reason. ``score``, ``timer`` and ``times`` (at each size):
+    ``chosen``'s, when already made. Returns the file, the facts that say what was tried, the file's score and
+    its times at each size (None when not timed)."""
     if not own_channels(chosen, 2):     # no second copy fits: nothing to compare, nothing to simulate
-        return chosen, {}, score
+        return chosen, {}, score, times
     timer = timer or _timer(chosen, topology)
     if score is None:
-        score = _score(timer)
+        times = {}
+        score = _score(timer, times=times)
     if score is None:                   # not run by the runtime at the sizes compared: nothing to compare
-        return chosen, {}, None
+        return chosen, {}, None, None
     floor = _link_floor(timer)          # what no number of copies goes below
 
     def copied(copies: int, before: float):
@@ -170,22 +173,23 @@ def _fastest_copies(chosen, topology, score: float | None = None, timer=None):
             return None
         return pipeline.relower(chosen, instances=copies, only_simulated=True)
 
-    timed, best, copies = _doubling(chosen, score, copied, topology)
+    timed, best, copies, times = _doubling(chosen, score, copied, topology, times=times)
     facts: dict = {"copies_tuned": {"sizes": [size_text(s) for s in SIZES],
                                     "geomean_us": {str(c): round(t, 3) for c, t in sorted(timed.items())}}}
     if copies > 1:
         tried = ", ".join(str(c) for c in sorted(timed))
         facts["copies_note"] = (f"{copies} copies of the schedule on channels of their own (--instances {copies}): "
                                 f"the fastest simulated of {tried} at {' and '.join(size_text(s) for s in SIZES)}")
-    return best, facts, timed[copies]
+    return best, facts, timed[copies], times
 
 
-def _doubling(chosen, score: float, make, topology, accept=None) -> tuple[dict, object, int]:
+def _doubling(chosen, score: float, make, topology, accept=None, times: dict | None = None) -> tuple:
     """The search :func:`_fastest_copies` and :func:`deepest` share: ``make(n, score of n / 2)`` is the file at
     n = 2, 4, 8, ... (None, or CollsError: more than the target loads, and the search ends), simulated at
     :data:`SIZES`; each doubling is taken while it is at least :data:`COPIES_GAIN` faster than the one before
     and ``accept(n, its time at each size)`` (when given) agrees, and the first that is not ends the search.
-    Returns the scores by n, the file taken and its n."""
+    ``times``: ``chosen``'s time at each size, when known. Returns the scores by n, the file taken, its n and
+    its times at each size (None when unknown)."""
     timed, best, n = {1: score}, chosen, 1
     while True:
         try:
@@ -194,15 +198,15 @@ def _doubling(chosen, score: float, make, topology, accept=None) -> tuple[dict, 
             break
         if more is None:
             break
-        times: dict = {}
-        t = _score(_timer(more, topology), timed[n] * (1 - COPIES_GAIN), times)
+        more_times: dict = {}
+        t = _score(_timer(more, topology), timed[n] * (1 - COPIES_GAIN), more_times)
         if t is None:
             break
         timed[n * 2] = t
-        if t > timed[n] * (1 - COPIES_GAIN) or (accept is not None and not accept(n * 2, times)):
+        if t > timed[n] * (1 - COPIES_GAIN) or (accept is not None and not accept(n * 2, more_times)):
             break
-        best, n = more, n * 2
-    return timed, best, n
+        best, n, times = more, n * 2, more_times
+    return timed, best, n, times
 
 
 # What a file's facts say of how its count of trees was chosen (kept when it is made again deeper)
@@ -237,7 +241,7 @@ def depth_words(method: str, depth: int) -> str:
 
 
 def deepest(chosen, topology, collective, method: str, options: dict, unproved: dict, score: float | None = None,
-            fits=None, hold: bool = False):
+            fits=None, hold: bool = False, times: dict | None = None):
     """``chosen`` made again at depth 2, 4, 8, ... (``depth``: each tree carries that many chunks one after
     another on its lane, :func:`colls.synth.trees._deal`; a direct block is summed in that many pieces,
     :mod:`colls.synth.direct`), at its count and copies, simulated at :data:`SIZES`; each doubling is taken
@@ -251,9 +255,11 @@ def deepest(chosen, topology, collective, method: str, options: dict, unproved: 
     ``hold``: no doubling may be slower (by :data:`COPIES_GAIN`) than the file before it at the largest size
     compared: synth's one file serves every size, and a deeper file can win the mean with the middle sizes and
     lose the large ones (1 x ndv2 trees allgather at 2 chunks a tree: 16 MB 37 -> 46 GB/s busbw, 256 MB 80 -> 75,
-    1 GB 97 -> 95; at 8, 1 GB 89). Returns the file and the facts that say what was tried."""
+    1 GB 97 -> 95; at 8, 1 GB 89). ``score`` and ``times`` (at each size): ``chosen``'s, when already simulated.
+    Returns the file and the facts that say what was tried."""
     if score is None:
-        score = _score(_timer(chosen, topology))
+        times = {}
+        score = _score(_timer(chosen, topology), times=times)
     if score is None:                   # not run by the runtime at the sizes compared: nothing to compare
         return chosen, {}
     opts = dict(options)
@@ -261,8 +267,8 @@ def deepest(chosen, topology, collective, method: str, options: dict, unproved: 
         opts["trees_per_gpu"] = chosen.schedule.info["k"]
     settings = dict(unproved, instances=chosen.facts["instances"])
 
-    held: dict = {}                     # the time at ``hold`` of each depth taken, found when first needed
-    lost = []                           # the depth slower at ``hold``, if the search ended there
+    held = {1: times[SIZES[-1]]} if times and SIZES[-1] in times else {}   # each depth's time there, when taken
+    lost = []                           # the depth slower there, if the search ended so
 
     def deeper(depth: int, before: float):
         if len(chosen.schedule.ops) * depth > DEEP_OPS:
@@ -281,7 +287,7 @@ def deepest(chosen, topology, collective, method: str, options: dict, unproved: 
             return False
         return True
 
-    timed, best, depth = _doubling(chosen, score, deeper, topology, accept=holds)
+    timed, best, depth, _ = _doubling(chosen, score, deeper, topology, accept=holds)
     facts: dict = {"depth_tuned": {"sizes": [size_text(s) for s in SIZES],
                                    "geomean_us": {str(d): round(t, 3) for d, t in sorted(timed.items())}}}
     facts.update({k: chosen.facts[k] for k in _COUNT_FACTS if k in chosen.facts})    # how the count was chosen
