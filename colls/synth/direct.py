@@ -145,11 +145,10 @@ def alltoall_ops(coll: Collective, route, step=lambda src, dst: 0,
     ends one piece's copy after its last transfer, not one block's (the copies run at one threadblock's rate).
     """
     n, c = coll.nranks, coll.chunks
-    if pieces > 1:
-        if paths is not None or c % pieces:
-            raise CollsError(f"alltoall in {pieces} pieces needs straight paths and a chunk factor they divide "
-                             f"(got {c})")
-        return _alltoall_pieces(coll, route, step, copy_lanes, pieces)
+    if pieces > 1 and (paths is not None or c % pieces):
+        raise CollsError(f"alltoall in {pieces} pieces needs straight paths and a chunk factor they divide "
+                         f"(got {c})")
+    size = c // pieces
     paths = paths or {(r, q): [r, q] for r in range(n) for q in range(n) if r != q}
     ops = [Op(0, r, r, "i", r * c, "o", r * c, c) for r in range(n)]
     staged: dict = {q: [] for q in range(n)}
@@ -167,48 +166,21 @@ def alltoall_ops(coll: Collective, route, step=lambda src, dst: 0,
             else:
                 dst = ("s", r * c)
                 staged[q].append(r)
-            ops.append(Op(t0 + i, a, b, *src, *dst, c, route=route(a, b)))
+            ops.extend(Op(t0 + i + k, a, b, src[0], src[1] + k * size, dst[0], dst[1] + k * size, size,
+                          route=route(a, b)) for k in range(pieces))
             src = dst
-            last = max(last, t0 + i)
+            last = max(last, t0 + i + pieces - 1)
     for q, sources in staged.items():
-        if copy_lanes > 0:
-            ops.extend(Op(last + 1, q, q, "s", r * c, "o", r * c, c, lane=1 + k % copy_lanes)
-                       for k, r in enumerate(sorted(sources)))
+        if copy_lanes > 0 or pieces > 1:    # a copy per block (per piece), each as soon as it has arrived
+            ops.extend(Op(last + 1 + k, q, q, "s", r * c + k * size, "o", r * c + k * size, size,
+                          lane=1 + i % copy_lanes if copy_lanes > 0 else 0)
+                       for i, r in enumerate(sorted(sources)) for k in range(pieces))
             continue
         for run in _runs(sorted(sources)):
             ops.append(Op(last + 1, q, q, "s", run[0] * c, "o", run[0] * c, len(run) * c))
     staging = max((r + 1 for sources in staged.values() for r in sources), default=0)
     transit = max(len(slots) for slots in relayed.values())
     return ops, (n + transit if transit else staging) * c
-
-
-def _alltoall_pieces(coll: Collective, route, step, copy_lanes: int, pieces: int) -> tuple[list[Op], int]:
-    """:func:`alltoall_ops` with every block in ``pieces`` ops (straight paths): a block that lands in scratch
-    (its rank's output still holds what is to be sent, see there) is copied out piece by piece on its copy
-    lane, in the order its pieces arrive."""
-    n, c = coll.nranks, coll.chunks
-    size = c // pieces
-    ops = [Op(0, r, r, "i", r * c, "o", r * c, c) for r in range(n)]
-    staged: dict = {q: [] for q in range(n)}
-    last = 0
-    for r in range(n):
-        for q in range(n):
-            if r == q:
-                continue
-            direct_out = r > q          # the pair swaps in one step: the higher rank's block goes straight out
-            if not direct_out:
-                staged[q].append(r)
-            for k in range(pieces):
-                dst = ("o" if direct_out else "s", r * c + k * size)
-                ops.append(Op(step(r, q) + k, r, q, "i", q * c + k * size, *dst, size, route=route(r, q)))
-                last = max(last, step(r, q) + k)
-    for q, sources in staged.items():
-        for i, r in enumerate(sorted(sources)):
-            lane = 1 + i % copy_lanes if copy_lanes > 0 else 0
-            ops.extend(Op(last + 1 + k, q, q, "s", r * c + k * size, "o", r * c + k * size, size, lane=lane)
-                       for k in range(pieces))
-    staging = max((r + 1 for sources in staged.values() for r in sources), default=0)
-    return ops, staging * c
 
 
 def _transit_slot(slots: list, arrive: int, leave: int) -> int:
