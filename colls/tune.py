@@ -27,7 +27,7 @@ import math
 
 from colls import pipeline
 from colls.errors import CollsError
-from colls.simulate.baseline import Fastest
+from colls.simulate.baseline import Fastest, runtime_blocks
 from colls.synth import trees
 from colls.sizes import size_text
 
@@ -143,7 +143,10 @@ def _fastest_count(topology, collective, method, options: dict, unproved: dict):
 
 
 # A doubling of the copies must make the file this much faster to be taken: every copy holds threadblocks (SMs)
-# the model's compute cannot use, so a tie goes to fewer.
+# the model's compute cannot use, so a tie goes to fewer. Copies that leave a GPU no more threadblocks than the
+# runtime's own ring holds (colls.simulate.baseline.runtime_blocks) are taken when faster at all: they cost no SM
+# the runtime's own call would not, and at 1 GB their last percent is what keeps a ring level with the runtime's
+# (1 x dgx2 ring reduce-scatter at 16 and 32 copies: 256 MB 0.9 % faster, 1 GB 1.4 %, the runtime's ring 32).
 COPIES_GAIN = 0.01
 
 
@@ -167,29 +170,38 @@ def _fastest_copies(chosen, topology, score: float | None = None, timer=None, ti
     if score is None:                   # not run by the runtime at the sizes compared: nothing to compare
         return chosen, {}, None, None
     floor = _link_floor(timer)          # what no number of copies goes below
+    made, blocks = chosen.facts["instances"], chosen.program.max_tbs()
+    own = runtime_blocks(topology, chosen.target.name)
+
+    def gain(copies: int) -> float:     # none asked of copies that hold no more SMs than the runtime's own ring
+        return 0.0 if blocks * copies // made <= own else COPIES_GAIN
 
     def copied(copies: int, before: float):
-        if not own_channels(chosen, copies) or floor >= before * (1 - COPIES_GAIN):
+        if not own_channels(chosen, copies) or floor >= before * (1 - gain(copies)):
             return None
         return pipeline.relower(chosen, instances=copies, only_simulated=True)
 
-    timed, best, copies, times = _doubling(chosen, score, copied, topology, times=times)
+    timed, best, copies, times = _doubling(chosen, score, copied, topology, times=times, gain=gain)
     facts: dict = {"copies_tuned": {"sizes": [size_text(s) for s in SIZES],
                                     "geomean_us": {str(c): round(t, 3) for c, t in sorted(timed.items())}}}
     if copies > 1:
         tried = ", ".join(str(c) for c in sorted(timed))
         facts["copies_note"] = (f"{copies} copies of the schedule on channels of their own (--instances {copies}): "
                                 f"the fastest simulated of {tried} at {' and '.join(size_text(s) for s in SIZES)}")
+        if any(timed[c] > timed[c // 2] * (1 - COPIES_GAIN) for c in timed if 1 < c <= copies):
+            facts["copies_note"] += (f" (copies within the {own} threadblocks a GPU the runtime's own ring holds "
+                                     f"are taken when faster at all, more only when {COPIES_GAIN:.0%} faster)")
     return best, facts, timed[copies], times
 
 
-def _doubling(chosen, score: float, make, topology, accept=None, times: dict | None = None) -> tuple:
+def _doubling(chosen, score: float, make, topology, accept=None, times: dict | None = None, gain=None) -> tuple:
     """The search :func:`_fastest_copies` and :func:`deepest` share: ``make(n, score of n / 2)`` is the file at
     n = 2, 4, 8, ... (None, or CollsError: more than the target loads, and the search ends), simulated at
-    :data:`SIZES`; each doubling is taken while it is at least :data:`COPIES_GAIN` faster than the one before
-    and ``accept(n, its time at each size)`` (when given) agrees, and the first that is not ends the search.
-    ``times``: ``chosen``'s time at each size, when known. Returns the scores by n, the file taken, its n and
-    its times at each size (None when unknown)."""
+    :data:`SIZES`; each doubling is taken while it is at least ``gain(n)`` (default :data:`COPIES_GAIN`)
+    faster than the one before and ``accept(n, its time at each size)`` (when given) agrees, and the first that
+    is not ends the search. ``times``: ``chosen``'s time at each size, when known. Returns the scores by n, the
+    file taken, its n and its times at each size (None when unknown)."""
+    gain = gain or (lambda n: COPIES_GAIN)
     timed, best, n = {1: score}, chosen, 1
     while True:
         try:
@@ -199,11 +211,12 @@ def _doubling(chosen, score: float, make, topology, accept=None, times: dict | N
         if more is None:
             break
         more_times: dict = {}
-        t = _score(_timer(more, topology), timed[n] * (1 - COPIES_GAIN), more_times)
+        need = timed[n] * (1 - gain(n * 2))
+        t = _score(_timer(more, topology), need, more_times)
         if t is None:
             break
         timed[n * 2] = t
-        if t > timed[n] * (1 - COPIES_GAIN) or (accept is not None and not accept(n * 2, more_times)):
+        if t > need or (accept is not None and not accept(n * 2, more_times)) or (t == need and not gain(n * 2)):
             break
         best, n, times = more, n * 2, more_times
     return timed, best, n, times

@@ -148,6 +148,17 @@ def out_of_reach(size: int, lower_us: float) -> Timing:
         "lower_bound_us": lower_us})
 
 
+def runtime_blocks(topology, target: str = "exe") -> int:
+    """The most threadblocks per GPU the runtime's own ring runs on ``topology``: one per channel, on as many
+    channels as :class:`Baseline` gives it (on several nodes what its topology search finds through the NICs,
+    on one node up to :data:`MAX_BASELINE_CHANNELS`), within the target's channels and the GPU's SMs. A file
+    that holds no more SMs than this holds none the runtime's own call would leave to the model's compute."""
+    from colls.simulate import defaults
+    tgt = get_target(target)
+    top = min(MAX_BASELINE_CHANNELS, tgt.max_channels)
+    return min(top, defaults.runtime_channels(topology, tgt) or top, topology.min_sms())
+
+
 class Baseline:
     """NCCL's ``algorithm`` for one collective on one machine, laid out once per channel count."""
 
