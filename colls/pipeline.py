@@ -346,11 +346,11 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
         return schedule.collective.nchunksperloop * instances
 
     # what the target cannot load whatever the schedule is refused first, in milliseconds, as without a count
-    tgt, opts = _method_options(topology, collective, method, target, instances, options)
+    tgt, opts = _method_options(topology, collective, method, target, instances, options, mode)
     _check_options(topology, collective, tgt, instances, proto, min_bytes, max_bytes, mode)
     check_limits(topology, collective, method, tgt, instances, opts)
     try:
-        planned = _planned(topology, collective, method, target, instances, options)
+        planned = _planned(topology, collective, method, target, instances, options, mode)
     except CollsError:              # the method refuses: let the full path say why, as it always has
         planned = None
     count = planned.info.get(info_key) if planned is not None else None
@@ -364,7 +364,8 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
         if method == "ring" and not ring.fits(collective, other, tgt.max_steps, tgt.max_channels):
             continue                # the loader refuses it whatever the lowering: not lowered to be refused
         try:
-            alt = _planned(topology, collective, method, target, instances, dict(options or {}, **{option: other}))
+            alt = _planned(topology, collective, method, target, instances, dict(options or {}, **{option: other}),
+                           mode)
         except CollsError:
             continue
         if not chunks_per_loop(alt) & (chunks_per_loop(alt) - 1):
@@ -453,7 +454,7 @@ def _compile_method(topology, collective, method, target, instances, proto, min_
                     options, progress, in_memory=False, prove=True, planned: Schedule | None = None) -> Compiled:
     """The method's file with ``options``; ``planned``: the schedule the method made with these options (trees:
     the one of its chosen count, which is not made again)."""
-    tgt, options = _method_options(topology, collective, method, target, instances, options)
+    tgt, options = _method_options(topology, collective, method, target, instances, options, mode)
     _check_options(topology, collective, tgt, instances, proto, min_bytes, max_bytes, mode)
     check_limits(topology, collective, method, tgt, instances, options)
     if tgt.name == "old" and max_bytes == 0:
@@ -487,10 +488,14 @@ def _compile_method(topology, collective, method, target, instances, proto, min_
                      f"{tgt.name} (tried {', '.join(str(k) for k, _ in refused)}): {refused[-1][1]}")
 
 
-def _method_options(topology, collective, method, target, instances, options) -> tuple[Target, dict]:
+def _method_options(topology, collective, method, target, instances, options, mode: str = "both"
+                    ) -> tuple[Target, dict]:
     """The target (within ``--max-threadblocks``) and the options the method is called with: the target's
-    limits the method fits its lanes, rings or trees to."""
+    limits the method fits its lanes, rings or trees to, and ``inplace`` False for a file of out-of-place calls
+    only (an alltoall then stages none of its blocks: :func:`colls.synth.direct.alltoall_ops`)."""
     options = dict(options or {})
+    if mode == "outofplace":
+        options["inplace"] = False
     tgt = budgeted(get_target(target), options.pop("max_threadblocks", None))
     synth.get_method(method)
     if method in ("trees", "direct", "ring"):
@@ -502,10 +507,10 @@ def _method_options(topology, collective, method, target, instances, options) ->
     return tgt, options
 
 
-def _planned(topology, collective, method, target, instances, options) -> Schedule:
+def _planned(topology, collective, method, target, instances, options, mode: str = "both") -> Schedule:
     """The schedule ``method`` makes with ``options`` (not lowered: its count and chunks per loop are known
     before the lowering, which is most of a file's time)."""
-    _, opts = _method_options(topology, collective, method, target, instances, options)
+    _, opts = _method_options(topology, collective, method, target, instances, options, mode)
     return synth.get_method(method)(topology, collective, **opts)
 
 

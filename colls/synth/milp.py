@@ -158,7 +158,9 @@ def synthesize(topology: Topology, collective: Collective, *, sketch: Sketch | N
     size : bytes per rank's buffer for the cost model (default: the TACCL profile's chunk size, else
         1 MiB).
     progress : a callable given one line per solved stage.
-    options : accepted and ignored (the pipeline passes every method the same options).
+    options : ``inplace`` False: the file serves out-of-place calls only, and an alltoall's chunks land in
+        the output at once (:meth:`_Builder._alltoall`); the others are accepted and ignored (the pipeline
+        passes every method the same options).
 
     Raises CollsError for a collective the method does not make, a rank count that is not the
     machine's, an infeasible sketch (naming the constraint family) or a time limit too short for any
@@ -184,7 +186,7 @@ def synthesize(topology: Topology, collective: Collective, *, sketch: Sketch | N
     else:
         coll = collective.with_chunks(chunkup)
     settings = Settings(time_limit=float(time_limit), gap=float(gap), seed=int(seed), threads=int(threads))
-    builder = _Builder(topology, coll, sketch, size, settings, progress)
+    builder = _Builder(topology, coll, sketch, size, settings, progress, options.get("inplace", True))
     schedule = builder.build()
     schedule.info.update(schedule_facts(schedule, topology))
     return schedule
@@ -209,8 +211,9 @@ def _check_number(value, key: str, lower: float, upper: float | None = None) -> 
 class _Builder:
     """States the problem(s) of one collective, solves them and turns the solutions into ops."""
 
-    def __init__(self, topology, coll, sketch, size, settings, progress):
+    def __init__(self, topology, coll, sketch, size, settings, progress, inplace=True):
         self.topo = topology
+        self.inplace = inplace
         self.coll = coll
         self.sketch = sketch
         self.settings = settings
@@ -410,8 +413,10 @@ class _Builder:
     def _alltoall(self, problem: Problem, sol) -> tuple[list[Op], int]:
         """Ops of a solved alltoall: chunk (q, b, j) reads ``i[b c + j]`` at q, waits in scratch at
         relays (a slot of its own) and lands in ``s[q c + j]`` at b; local copies place the arrivals
-        in the output after the last transfer (right for in-place calls too)."""
+        in the output after the last transfer (right for in-place calls too). A file for out-of-place calls
+        only (``inplace`` False) lands every chunk in ``o[q c + j]`` at once and copies nothing."""
         n, c = self.n, self.coll.chunks
+        land, base = ("s", n * c) if self.inplace else ("o", 0)
         ops = [Op(0, r, r, "i", r * c, "o", r * c, c) for r in range(n)]
         order = sorted(sol.sends, key=lambda s: (s[3], s[4], s[0], s[1], s[2]))
         where: dict = {}
@@ -428,17 +433,17 @@ class _Builder:
             j = rank_of[ch]
             src = where.get(ch, ("i", b * c + j))
             if v == b:
-                dst = ("s", q * c + j)
+                dst = (land, q * c + j)
             else:
-                dst = ("s", n * c + transit[v])
+                dst = ("s", base + transit[v])
                 transit[v] += 1
             where[ch] = dst
             hops[ch] = hops.get(ch, 0) + 1
             ops.append(Op(1 + k, u, v, *src, *dst, lane=_family(q + b, hops[ch]), route=self._route(u, v)))
         last = 1 + len(order)
-        for r in range(n):   # one copy per run of arrivals: the chunks before the rank's own, and after
+        for r in range(n if self.inplace else 0):   # one copy per run of arrivals: before the rank's own, after
             ops += [Op(last, r, r, "s", a, "o", a, b - a) for a, b in ((0, r * c), ((r + 1) * c, n * c)) if b > a]
-        return ops, n * c + max(transit.values())
+        return ops, base + max(transit.values())
 
 
 def _family(family: int, hop: int) -> int:

@@ -715,8 +715,8 @@ def _reduce(ln: _Lane, root: int) -> list[Op]:
     return ops
 
 
-def _alltoall(topology: Topology, coll: Collective, order: tuple, max_tbs: int | None = None
-              ) -> tuple[Schedule, int]:
+def _alltoall(topology: Topology, coll: Collective, order: tuple, max_tbs: int | None = None,
+              inplace: bool = True) -> tuple[Schedule, int]:
     """Alltoall as shifts along the ring order: the block for position p+h leaves at step
     min(h, N-h) - 1, so each step pairs the shifts h and N-h (see
     :func:`colls.synth.direct.alltoall_ops`). A pair without a route is relayed over routed pairs, on
@@ -730,7 +730,8 @@ def _alltoall(topology: Topology, coll: Collective, order: tuple, max_tbs: int |
     before it has sent what is there) are copied out on lanes of their own, as the direct method does
     (:func:`colls.synth.direct.copy_lanes`): one threadblock copying N - 2 blocks at its copy rate would
     take several times as long as the transfers. With relays every lane is already a copy of the whole
-    schedule, and the copies stay on the lane of the transfers.
+    schedule, and the copies stay on the lane of the transfers. ``inplace`` False: out-of-place calls only,
+    nothing staged (:func:`colls.synth.direct.alltoall_ops`).
     """
     n, c = coll.nranks, coll.chunks
     pos = {r: p for p, r in enumerate(order)}
@@ -754,7 +755,7 @@ def _alltoall(topology: Topology, coll: Collective, order: tuple, max_tbs: int |
     copies = c if relayed else 1
     one = coll.with_chunks(c // copies)
     lanes = 0 if relayed else copy_lanes(topology, n, max_tbs)
-    ops, scratch = alltoall_ops(one, topology.route, step, paths, copy_lanes=lanes)
+    ops, scratch = alltoall_ops(one, topology.route, step, paths, copy_lanes=lanes, inplace=inplace)
     schedule = Schedule(one, ops, METHOD, scratch).replicate(copies)
     schedule.info.pop("instances", None)  # replicate() notes its copies as --instances: they are not
     return schedule, relayed
@@ -881,7 +882,7 @@ def synthesize(topology: Topology, collective: Collective, *, rings: int | None 
     max_rings : the largest default count to consider (the pipeline lowers it when a program with
         more rings exceeded the target's limits).
     options : ``max_tbs`` (the threadblocks per GPU the target runs) sizes an alltoall's copy lanes
-        (:func:`_alltoall`); the others are accepted and ignored (the pipeline passes every method the same
+        (:func:`_alltoall`), ``inplace`` False stages none of its blocks; the others are accepted and ignored (the pipeline passes every method the same
         options).
 
     Raises CollsError when the rank count is not the topology's GPU count, ``rings`` is out of range, or
@@ -896,7 +897,8 @@ def synthesize(topology: Topology, collective: Collective, *, rings: int | None 
     planner = _Planner(topology)
     if collective.kind == "alltoall":
         ring = planner.ring_sets([1])[1][0]
-        schedule, relayed = _alltoall(topology, collective, ring.order, options.get("max_tbs"))
+        schedule, relayed = _alltoall(topology, collective, ring.order, options.get("max_tbs"),
+                                      options.get("inplace", True))
         schedule.info.update(_ring_info(topology, [ring]), rings=1, relayed_pairs=relayed)
         schedule.info.update(schedule_facts(schedule, topology))
         if rings not in (None, 1):
