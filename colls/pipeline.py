@@ -92,6 +92,9 @@ class Compiled:
             line += (f"; for root {f['root']} only: install it only where every {f['collective']} call uses root "
                      f"{f['root']} (the runtime does not check the root)")
         info = f.get("method_info", {})
+        if info.get("staged_blocks") and self.mode != "outofplace":
+            line += (f"; {info['staged_blocks']} blocks a GPU wait in scratch for in-place calls and are copied out "
+                     "after (--outofplace-only lands every block in the output at once)")
         if info.get("method") == "trees" and not (f.get("chunks_note") or f.get("count_note")):  # they say why
             line += f"; {info['k']} trees per GPU"
             if "trees_per_gpu_tried" not in f:

@@ -232,6 +232,10 @@ def test_an_out_of_place_alltoall_stages_nothing_and_keeps_up_with_the_runtimes_
     assert simulate(made.program, topo, "alltoall", size)[0].time_us <= own * (1 + 1e-9)
     assert 'inplace="0"' in made.text and 'outofplace="1"' in made.text
     made.schedule.check(inplace=False)
+    assert "wait in scratch" not in made.summary()
+    both = tune.compile_fastest(topo, coll, method, instances=1, tune_depth=False)
+    assert both.schedule.info["staged_blocks"] == 7                 # rank 7 receives every block before it sends
+    assert "7 blocks a GPU wait in scratch for in-place calls" in both.summary()
 
 
 def test_a_milp_alltoall_for_out_of_place_calls_lands_in_the_output():

@@ -80,6 +80,8 @@ def synthesize(topology: Topology, collective: Collective, **options) -> Schedul
         ops, scratch = _BUILDERS[collective.kind](collective, routes), 0
     schedule = Schedule(collective, ops, METHOD, scratch)
     schedule.info.update(schedule_facts(schedule, topology))
+    if collective.kind == "alltoall":
+        schedule.info["staged_blocks"] = staged_blocks(ops, collective)
     if deep:
         schedule.info["depth"] = depth
     return schedule
@@ -191,6 +193,15 @@ def alltoall_ops(coll: Collective, route, step=lambda src, dst: 0,
     staging = max((r + 1 for sources in staged.values() for r in sources), default=0)
     transit = max(len(slots) for slots in relayed.values())
     return ops, (n + transit if transit else staging) * c
+
+
+def staged_blocks(ops: list[Op], coll: Collective) -> int:
+    """The most blocks one rank of an alltoall copies out of scratch into its output (in-place staging)."""
+    per: dict = {}
+    for op in ops:
+        if op.local and op.src_buf == "s" and op.dst_buf == "o":
+            per[op.src] = per.get(op.src, 0) + op.count
+    return -(-max(per.values(), default=0) // coll.chunks)
 
 
 def _transit_slot(slots: list, arrive: int, leave: int) -> int:

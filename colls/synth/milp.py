@@ -125,6 +125,7 @@ from colls.errors import CollsError
 from colls.schedule import Op, Schedule
 from colls.inputs.sketch import Sketch, derive_sketch, sketch_text, symmetry_permutation
 from colls.synth.common import schedule_facts, too_many_gpus
+from colls.synth.direct import staged_blocks
 from colls.synth.milp_model import Chunk, Connection, Problem, Settings, chunk_map, closure, solve
 from colls.topology import Topology
 
@@ -352,6 +353,8 @@ class _Builder:
             scratch = 0
         schedule = Schedule(self.coll, _lanes(ops), METHOD, scratch)
         schedule.info.update(self.facts(), lanes=len(schedule.lanes))
+        if kind == "alltoall":
+            schedule.info["staged_blocks"] = staged_blocks(ops, self.coll)
         return schedule
 
     def facts(self) -> dict:

@@ -82,7 +82,7 @@ from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.schedule import Op, Schedule
 from colls.synth.common import checked_route, schedule_facts
-from colls.synth.direct import alltoall_ops, copy_lanes
+from colls.synth.direct import alltoall_ops, copy_lanes, staged_blocks
 from colls.topology import NIC, Topology
 
 METHOD = "ring"
@@ -899,7 +899,8 @@ def synthesize(topology: Topology, collective: Collective, *, rings: int | None 
         ring = planner.ring_sets([1])[1][0]
         schedule, relayed = _alltoall(topology, collective, ring.order, options.get("max_tbs"),
                                       options.get("inplace", True))
-        schedule.info.update(_ring_info(topology, [ring]), rings=1, relayed_pairs=relayed)
+        schedule.info.update(_ring_info(topology, [ring]), rings=1, relayed_pairs=relayed,
+                             staged_blocks=staged_blocks(schedule.ops, schedule.collective))
         schedule.info.update(schedule_facts(schedule, topology))
         if rings not in (None, 1):
             schedule.info["note"] = "alltoall shifts use one lane; rings ignored"
