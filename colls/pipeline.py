@@ -139,15 +139,16 @@ def milp_words(facts: dict) -> str | None:
     if m.get("latency_floor_us") is not None:
         head += f", latency floor {us(m['latency_floor_us'])} us"
     times = {k: m.get(f"{k}_us") for k in ("milp", "ring", "trees") if f"{k}_us" in m}
-    parts = ", ".join(f"{k} {us(v)} us" for k, v in times.items())
+    solved = f" (one copy, as solved: {us(m['solved_us'])} us)" if m.get("solved_us") is not None else ""
+    parts = ", ".join(f"{k} {us(v)} us" + (solved if k == "milp" else "") for k, v in times.items())
     line = f"{head}); simulated at {size_text(m['size_bytes'])}: {parts}"
     timed = {k: v for k, v in times.items() if v is not None}
     if timed and times.get("milp") is not None:
         best = min(timed, key=timed.get)
         if best != "milp":
-            line += (f" ({best} is faster here: the milp model's {us(m['objective_us'])} us counts link time "
-                     "only (alpha-beta); the simulator also charges the launch, a fixed cost per message and one "
-                     "threadblock's copy rate)")
+            line += (f" ({best} is faster here: the milp model charges the launch, a message's fixed cost and one "
+                     "threadblock's copy rate, but not transfers that share a threadblock nor the sums a GPU adds "
+                     "one after another)")
     return line
 
 

@@ -82,6 +82,8 @@ def add_milp_comparison(compiled) -> None:
         out["latency_floor_us"] = None
     inplace = compiled.mode == "inplace"
     programs = {"milp": compiled.program}
+    if compiled.facts.get("instances", 1) > 1:     # the model solved one copy: its time is that file's
+        programs["solved"] = pipeline.relower(compiled, instances=1, only_simulated=True).program
     coll = Collective(kind, topo.ngpus, root=f.get("root") or 0)
     for other in ("ring", "trees"):
         try:
