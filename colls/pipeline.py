@@ -146,9 +146,9 @@ def milp_words(facts: dict) -> str | None:
     if timed and times.get("milp") is not None:
         best = min(timed, key=timed.get)
         if best != "milp":
-            line += (f" ({best} is faster here: the milp model charges the launch, a message's fixed cost and one "
-                     "threadblock's copy rate, but not transfers that share a threadblock nor the sums a GPU adds "
-                     "one after another)")
+            line += (f" ({best} is faster here: the milp model charges the launch, a message's fixed cost, one "
+                     "threadblock's copy rate and the threadblocks a GPU pair shares, but not the receivers' turns "
+                     "nor the file's copies)")
     return line
 
 

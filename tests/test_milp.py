@@ -159,7 +159,7 @@ def test_the_objective_charges_the_runtimes_costs(profile):
     7.8x its objective, reduce-scatter 10.4x, allreduce 7.1x, alltoall 4.9x. It now charges the launch, a
     message's fixed cost, the proxy across nodes and a threadblock's copy rate at both ends: the allgather, whose
     transfers each have a threadblock of their own, agrees within 10 %; the others stay above the objective by
-    what the model leaves out (sums one after another at a GPU, transfers sharing a threadblock), under 1.6x."""
+    what the model leaves out (the receivers' turns), under 1.6x."""
     from colls.simulate import simulate
     from colls.simulate.summary import _served_size
     topo = _load(profile, 2)

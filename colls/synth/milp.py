@@ -43,11 +43,17 @@ route's latency, the sender's fixed cost per message (``step_us``: its fence and
 the proxy's (``net_step_us``), the time one threadblock takes to copy S beyond the links' ``beta``, and the
 receiver's copy of S out of the connection's buffer (a receive works at one threadblock's rate too). The
 objective adds the call's launch once, and an in-place alltoall's copies out of scratch after the last
-transfer. What it leaves out: transfers that share a threadblock run one after another, and a GPU adds the
-partial sums of a reduction one after another (reduce-scatter and allreduce). At the solved size the
-objective against the simulated time of the file as solved (one copy), 2 nodes (``tests/test_milp.py``):
-allgather within 2 % on DGX A100 and H100; reduce-scatter 1.4-1.5x, allreduce 1.3-1.4x, alltoall 1.2-1.3x
-(before these costs: 4.9-10.7x on the same cases). S is the chunk size a TACCL profile was measured at
+transfer. Two constraints say what a GPU's threadblocks can do at once: a GPU pair's transfers share the
+lowering's two threadblocks (the hop's parity, :func:`_lanes`), each holding one for its fixed cost and its
+copy (``Problem.pair_lanes``: a cumulative of capacity 2 per pair), and on the reversed machine of a
+reduction a rank's transfers of one chunk start a copy's time apart (``Problem.fan``: in real time they are
+the partial sums it adds one after another, into one buffer). What it leaves out: the receiving
+threadblocks' turns, and the copies of the file (``--instances``). At the solved size, the objective against
+the simulated time of the file as solved (one copy), 2 nodes of every shipped profile: allgather 1.01-1.14x,
+reduce-scatter 1.17-1.27x, allreduce 1.12-1.23x, alltoall 1.12-1.38x (link time alone, as before these
+costs: 2.2-10.7x). Each constraint also makes the files faster where it binds (2 x DGX A100 reduce-scatter at
+1 MB, one copy: 90.6 -> 76.7 us with the fan; 2 x MI250 alltoall 209.9 -> 189.6 us with the pairs) and the
+solve slower (2 x DGX-2 alltoall: 1.0 s with link time alone, 5.6 s with the costs, 13.9 s with the pairs). S is the chunk size a TACCL profile was measured at
 (``topology.meta["chunk_bytes"]``), or else a 1 MiB buffer per rank cut into the collective's
 ``nchunksperloop`` chunks (option ``size`` changes the buffer); ``info`` records both.
 
@@ -145,6 +151,7 @@ DEFAULT_BUFFER = 1 << 20       # bytes per rank when the profile holds no chunk 
 MIN_UNITS = 100                # the smallest link occupancy, in time units
 LANE_OPS = 64                  # transfers per GPU pair (both ways) and lane; the lowering splits longer ones
 MAX_LANES = 16
+PAIR_LANES = 2                 # threadblocks a GPU pair's transfers share: the hop's parity (_lanes)
 # The most GPUs the method takes on, measured on the 2-core machine of bench/SCALE.md. The model has a candidate
 # connection for every pair of GPUs the sketch allows and a chunk per source (alltoall: per pair of GPUs): at
 # 256 GPUs (32 x dgx-a100) finding the connections alone takes 14 s and an allgather was refused after 272 s;
@@ -270,11 +277,13 @@ class _Builder:
                 lat = (topo.route_latency(route) + costs.step_us + (costs.net_step_us if inter else 0.0)
                        + max(0.0, copy_us - beta) + copy_us)
                 links = tuple(zip(route, route[1:]))
-                raw[(b, a) if reverse else (a, b)] = (lat, beta, links, inter, a % G)
-        smallest = min(beta for _, beta, _, _, _ in raw.values())
+                busy = costs.step_us + max(beta, copy_us)       # the sending threadblock: its fence, its copy
+                raw[(b, a) if reverse else (a, b)] = (lat, beta, links, inter, a % G, busy)
+        smallest = min(r[1] for r in raw.values())
         unit = smallest / MIN_UNITS
-        conns = {k: Connection(max(0, round(lat / unit)), max(1, round(beta / unit)), links, inter, s)
-                 for k, (lat, beta, links, inter, s) in raw.items()}
+        conns = {k: Connection(max(0, round(lat / unit)), max(1, round(beta / unit)), links, inter, s,
+                               max(1, round(busy / unit)))
+                 for k, (lat, beta, links, inter, s, busy) in raw.items()}
         return conns, unit
 
     def problem(self, kind: str, reverse: bool = False, chunks: int | None = None) -> Problem:
@@ -294,10 +303,13 @@ class _Builder:
         switch_pairs = frozenset((u, v) for (u, v), conn in conns.items() if not conn.inter
                                  and any(u % G in s and v % G in s for s in sk.switches))
         strategy = sk.switch_strategy[0] if sk.strategy == "switch" and sk.switch_strategy else None
+        # on the reversed machine a rank's transfers of a chunk are the partial sums it adds one after another,
+        # each at one threadblock's copy rate
+        fan = round(self.chunk_bytes / (self.costs.tb_gbps * 1000) / unit) if reverse else 0
         problem = Problem(n, G, conns, items, kind != "alltoall", sk.senders_of, sk.own_chunks_first,
                           switch_pairs=switch_pairs, switch_strategy=strategy,
                           link_strategy=sk.strategy if sk.strategy in ("minmax", "maxmin") else None,
-                          unit_us=unit, any_path=kind == "broadcast")
+                          unit_us=unit, any_path=kind == "broadcast", fan=fan, pair_lanes=PAIR_LANES)
         perms, maps = [], []
         for offset, group in sk.symmetry:
             perm = symmetry_permutation(n, offset, group)

@@ -41,6 +41,7 @@ class Connection:
     links: tuple
     inter: bool
     sender: int
+    busy: int = 0          # how long a transfer holds a threadblock of the pair (0: not modelled)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,12 @@ class Problem:
     switch_strategy: str | None = None          # "uc-min" | "uc-max" | None
     link_strategy: str | None = None            # "minmax" | "maxmin" | None
     any_path: bool = False                      # multicast over every connection, not shortest paths
+    # time units apart that one rank's transfers of one chunk must start: a reduction solved on the reversed
+    # machine, whose transfers out of a rank are, in real time, the partial sums it adds one after another
+    fan: int = 0
+    # threadblocks a GPU pair's transfers share (the lowering's lanes): at most this many of its transfers hold
+    # one at a time, each for its connection's ``busy`` (0: not modelled)
+    pair_lanes: int = 0
     unit_us: float = 1.0
     notes: list = field(default_factory=list)
     # (chunk owner, relay) -> each rank's next ranks over the connections allowed to such a chunk, in the
@@ -237,23 +244,27 @@ def greedy(problem: Problem, cands: dict, orbits: dict, shared_times: bool) -> d
     chosen: dict = {}
     heap: list = []
     images: dict = {}       # (c, u, v) -> per orbit member (its arrivals, its u, its links): looked up once
+    fanned: dict = defaultdict(int)   # (chunk, rank) -> when its next transfer of the chunk may start (fan)
+    lanes: dict = {}                  # GPU pair -> when each of its threadblocks is free (pair_lanes)
 
-    def earliest(arrived, gu, links):
-        """When a transfer from ``gu`` may start: its chunk there, and each of its links free."""
-        t = arrived[gu]
+    def earliest(arrived, gu, links, img, pair):
+        """When a transfer from ``gu`` may start: its chunk there, the rank's transfer of it before ``fan``
+        ago, a threadblock of the pair free, and each of its links free."""
+        t = max(arrived[gu], fanned[img, gu], lanes[pair][0] if pair in lanes else 0)
         for link in links:
             if free[link] > t:
                 t = free[link]
         return t
 
     def begin(img, g, u, v):
-        return earliest(have[img], g[u], conns[g[u], g[v]].links)
+        return earliest(have[img], g[u], conns[g[u], g[v]].links, img, (g[u], g[v]))
 
     def ready(c, u, v):
         key = (c, u, v)
         members = images.get(key)
         if members is None:
-            members = images[key] = [(have[img], g[u], conns[g[u], g[v]].links) for g, img in orbits[c]]
+            members = images[key] = [(have[img], g[u], conns[g[u], g[v]].links, img, (g[u], g[v]))
+                                     for g, img in orbits[c]]
         conn = conns[u, v]
         return max(starmap(earliest, members)) + conn.alpha + conn.beta
 
@@ -277,6 +288,10 @@ def greedy(problem: Problem, cands: dict, orbits: dict, shared_times: bool) -> d
             start = now - conn.alpha - conn.beta if shared_times else begin(img, g, u, v)
             chosen[img, g[u], g[v]] = start
             have[img][g[v]] = start + conn.alpha + conn.beta
+            fanned[img, g[u]] = start + problem.fan
+            if problem.pair_lanes:      # on the pair's threadblock free first (each runs its transfers in turn)
+                ends = lanes.setdefault((g[u], g[v]), [0] * problem.pair_lanes)
+                heapq.heapreplace(ends, start + conns[g[u], g[v]].busy)
             for link in conns[g[u], g[v]].links:
                 free[link] = max(free[link], start + conn.beta)
         at[c] = v
@@ -395,6 +410,31 @@ def solve(problem: Problem, settings: Settings) -> Solution:
             m.add(T >= arrive[c, d])
     if ordering:
         _own_first(m, problem, x, start)
+    if problem.pair_lanes:  # a GPU pair's transfers share its threadblocks
+        by_pair: dict = defaultdict(list)
+        for key, s in start.items():
+            c, u, v = key
+            if conns[u, v].busy > 0:
+                by_pair[u, v].append((s, x[key]))
+        seen: set = set()
+        for pair in sorted(by_pair):
+            ivs = by_pair[pair]
+            sig = tuple(sorted((s.index, lit.index) for s, lit in ivs))
+            if len(ivs) <= problem.pair_lanes or sig in seen:
+                continue
+            seen.add(sig)
+            busy = conns[pair].busy
+            m.add_cumulative([m.new_optional_fixed_size_interval_var(s, busy, lit, f"b{pair}{k}")
+                              for k, (s, lit) in enumerate(ivs)], [1] * len(ivs), problem.pair_lanes)
+    if problem.fan > 0:     # a rank's transfers of one chunk start fan apart (shared times: once per orbit)
+        for c in (orbits if shared else range(len(problem.chunks))):
+            out = defaultdict(list)
+            for (u, v) in cands[c]:
+                out[u].append(m.new_optional_fixed_size_interval_var(start[c, u, v], problem.fan, x[c, u, v],
+                                                                      f"f{c}_{u}_{v}"))
+            for ivs in out.values():
+                if len(ivs) > 1:
+                    m.add_no_overlap(ivs)
     stated: set = set()          # a link whose intervals and loads are another's (a symmetric copy) adds nothing
     for link in sorted(by_link, key=str):
         same = (tuple(sorted(iv.index for iv in by_link[link])),
