@@ -102,7 +102,8 @@ Collectives
 - reduce: the broadcast problem on the reversed machine, run backwards like reducescatter (partial
   sums in scratch, the root's sum in its output).
 - allreduce: chunk factor N m: the reduce-scatter of chunk ``q m + j`` to q, then the allgather of it
-  from q, one schedule (the second solve is skipped when the machine equals its reversal).
+  from q, one schedule (the second solve is skipped when the machine equals its reversal: the reduce-scatter's
+  schedule, its sums one after another included, is one the allgather may run).
 
 Every transfer moves one chunk and carries ``topology.route(src, dst)``; ops run in the order of their
 start times, one step each (a total order consistent with every dependency). Lanes: see :func:`_lanes`.
@@ -538,6 +539,7 @@ def _allgather_slots(coll: Collective):
 
 
 def _same(a: Problem, b: Problem) -> bool:
-    """Whether two problems are the same model (a symmetric machine equals its reversal)."""
+    """Whether two problems are the same model (a symmetric machine equals its reversal), but for the reversed
+    one's ``fan``: a schedule that keeps it is one the forward problem may run."""
     return (a.conns, a.chunks, a.group, a.senders_of, a.switch_pairs) == \
         (b.conns, b.chunks, b.group, b.senders_of, b.switch_pairs) and a.unit_us == b.unit_us
