@@ -119,14 +119,14 @@ STATUS
 Works: allgather, alltoall, reducescatter, allreduce, broadcast, reduce on switch nodes, meshes (NDv2)
 and clusters, with colls and TACCL sketches (one-node TACCL sketches too); time limit, gap,
 determinism, progress lines, infeasibility naming the constraint family; ``colls synth --method milp``
-(--sketch, --time-limit, --gap, --quiet). bench/milp.py on a 2-core AMD EPYC: 2 x NDv2 allgather
-(sk1-ndv2-n2) 0.5 s, alltoall 0.5 s (gap 0.8%), 2 x DGX-2 allgather (sk2-dgx2-n2) 0.4 s, whole pipeline.
-Simulated, the allgather files beat ring but not trees (1 MB on dgx2 x1: milp 30 us, trees 25 us,
-ring 97 us): the model's one-transfer-per-link serialisation and per-transfer latency are more
-pessimistic than the runtime, and every transfer moves one chunk.
-Next: a cost model closer to the simulator's (bandwidth shared rather than serialised; calibrate
-alpha/beta against colls.simulate); contiguity (several chunks in one send, TACCL's stage 3);
-``rrs`` forwarding of partial sums; overlapping the two halves of allreduce in one model.
+(--sketch, --time-limit, --gap, --quiet). bench/milp.py (bench/milp.json, with its machine), whole pipeline:
+2 x NDv2 allgather (sk1-ndv2-n2) 0.3 s, 2 x DGX-2 allgather (sk2-dgx2-n2) 0.2 s; 2 x NDv2 alltoall 31 s, to
+the time limit (gap 3.7 %): with the runtime's costs the solver's bound is far weaker than with link time
+alone, which it closed in 0.5 s, and the larger models run to their limit (8 x NDv2 alltoall, 64 GPUs: 50 s).
+Next: the receivers' turns in the model; a threadblock budget in the model, so that the solver routes within
+the GPU's SMs instead of the lowering refusing its schedule after the solve (8 x NDv2 alltoall: 110
+threadblocks a GPU, 80 SMs); contiguity (several chunks in one send, TACCL's stage 3); ``rrs`` forwarding
+of partial sums; overlapping the two halves of allreduce in one model.
 """
 
 from __future__ import annotations
