@@ -156,8 +156,10 @@ PAIR_LANES = 2                 # threadblocks a GPU pair's transfers share: the 
 # The most GPUs the method takes on, measured on the 2-core machine of bench/SCALE.md. The model has a candidate
 # connection for every pair of GPUs the sketch allows and a chunk per source (alltoall: per pair of GPUs): at
 # 256 GPUs (32 x dgx-a100) finding the connections alone takes 14 s and an allgather was refused after 272 s;
-# at 128 GPUs allgathers are answered in 4 to 20 s. Alltoall at 128 GPUs was refused after 137 to 142 s on
-# dgx-a100, mi250 and dgx-h100 (its relays need more threadblocks than the GPU has SMs); 64 GPUs take 93 s.
+# at 128 GPUs allgathers were answered in 4 to 20 s with link time alone, and take 51 s (16 x dgx-a100) with the
+# runtime's costs, whose weaker bound runs the solve to its time limit. Alltoall at 128 GPUs was refused after
+# 137 to 142 s on dgx-a100, mi250 and dgx-h100 (its relays need more threadblocks than the GPU has SMs), and 64
+# GPUs took 93 s, both with link time alone.
 MAX_GPUS = 128
 MAX_GPUS_ALLTOALL = 64
 
