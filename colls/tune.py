@@ -129,7 +129,7 @@ def _fastest_count(topology, collective, method, options: dict, unproved: dict):
         if "trees_per_gpu_tried" not in first.facts:
             facts["trees_per_gpu_tried"] = [k]
     if len(made) < 2 or not timed:
-        return made[chosen], facts, timed.get(chosen), timers.get(chosen), scored.get(chosen), scored.get(chosen)
+        return made[chosen], facts, timed.get(chosen), timers.get(chosen), scored.get(chosen)
     facts["trees_tuned"] = {"sizes": [size_text(s) for s in SIZES], "link_model_k": k,
                             "geomean_us": {str(c): round(t, 3) for c, t in sorted(timed.items())}}
     if made[chosen] is not first:

@@ -27,6 +27,18 @@ def test_two_mi250_trees_take_the_count_the_runtime_runs_fastest():
     assert best / t.time_us > 0.5
 
 
+def test_counts_the_runtime_runs_at_no_compared_size_leave_the_link_models_file(monkeypatch):
+    """When the runtime would run none of the counts at the sizes compared, nothing is timed and the link
+    model's count is the file (the search returned one value too many there, and the file was never made)."""
+    topo = load_topology("mi250", 2)
+    coll = Collective("allgather", topo.ngpus)
+    monkeypatch.setattr(tune, "_score", lambda timer, beat=None, times=None: None)
+    result = tune.compile_fastest(topo, coll, "trees", target="rccl", instances=1, tune_depth=False)
+    assert result.report.ok and "trees_tuned" not in result.facts
+    assert result.schedule.info["k"] == pipeline.compile_schedule(topo, coll, "trees", target="rccl",
+                                                                  in_memory=True, prove=False).schedule.info["k"]
+
+
 def test_a_count_given_is_kept_and_a_single_candidate_is_not_simulated():
     topo = load_topology("dgx-a100", 1)
     coll = Collective("allgather", 8)
