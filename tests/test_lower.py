@@ -314,7 +314,7 @@ def test_peers_beyond_a_channels_threadblocks_move_whole_to_a_channel_of_their_o
     program = lower(_direct_allgather_one_lane(40), TARGETS["exe"])
     check(program)
     assert verify.verify(program, TARGETS["exe"]).ok
-    oracle.verdict_holds(program, seeds=1)      # 7 s a random execution at 40 ranks; the proof covers every order
+    oracle.verdict_holds(program, seeds=3)
     sends, recvs, chans = defaultdict(set), defaultdict(set), defaultdict(set)
     for g in program.gpus:
         for tb in g.tbs:
