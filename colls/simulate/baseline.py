@@ -153,10 +153,16 @@ def runtime_blocks(topology, target: str = "exe") -> int:
     channels as :class:`Baseline` gives it (on several nodes what its topology search finds through the NICs,
     on one node up to :data:`MAX_BASELINE_CHANNELS`), within the target's channels and the GPU's SMs. A file
     that holds no more SMs than this holds none the runtime's own call would leave to the model's compute."""
+    return min(_ring_channels(topology, get_target(target)), topology.min_sms())
+
+
+def _ring_channels(topology, tgt) -> int:
+    """The most channels the runtime's own ring and tree run on: on several nodes the network sets them (its
+    topology search), on one node the fastest count up to :data:`MAX_BASELINE_CHANNELS` stands for them; within
+    the target's channels."""
     from colls.simulate import defaults
-    tgt = get_target(target)
     top = min(MAX_BASELINE_CHANNELS, tgt.max_channels)
-    return min(top, defaults.runtime_channels(topology, tgt) or top, topology.min_sms())
+    return min(top, defaults.runtime_channels(topology, tgt) or top)
 
 
 class Baseline:
@@ -168,12 +174,8 @@ class Baseline:
         self.topology, self.kind, self.algorithm = topology, kind, algorithm
         tgt = get_target(target)
         sms = topology.min_sms()
-        top = min(MAX_BASELINE_CHANNELS, tgt.max_channels)
         collective_channels = algorithm in ("ring", "tree") and kind != "alltoall"   # alltoall: p2p channels
-        if collective_channels:
-            # on several nodes the network sets the runtime's channels (its topology search); on one node
-            # the fastest count up to MAX_BASELINE_CHANNELS stands for it
-            top = min(top, defaults.runtime_channels(topology, tgt) or top)
+        top = _ring_channels(topology, tgt) if collective_channels else min(MAX_BASELINE_CHANNELS, tgt.max_channels)
         counts = [1 << i for i in range(top.bit_length()) if 1 << i <= top]
         if top not in counts:
             counts.append(top)
