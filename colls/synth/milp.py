@@ -251,6 +251,7 @@ class _Builder:
         self.stages: dict = {}
         self.notes: list = []
         self.costs = _Costs.of(topology)
+        self.copy_us = self.chunk_bytes / (self.costs.tb_gbps * 1000)    # one threadblock moving a chunk
         self.tail_us = 0.0          # what runs after the last transfer (an in-place alltoall's copies)
 
     # --- problems -------------------------------------------------------------------------------------
@@ -262,7 +263,7 @@ class _Builder:
         topo, sk, G = self.topo, self.sketch, self.topo.gpus_per_node
         reached = topo.effective()
         costs = self.costs
-        copy_us = self.chunk_bytes / (costs.tb_gbps * 1000)      # one threadblock moving the chunk
+        copy_us = self.copy_us
         raw = {}
         for a in range(self.n):
             for b in range(self.n):
@@ -308,7 +309,7 @@ class _Builder:
         strategy = sk.switch_strategy[0] if sk.strategy == "switch" and sk.switch_strategy else None
         # on the reversed machine a rank's transfers of a chunk are the partial sums it adds one after another,
         # each at one threadblock's copy rate
-        fan = round(self.chunk_bytes / (self.costs.tb_gbps * 1000) / unit) if reverse else 0
+        fan = round(self.copy_us / unit) if reverse else 0
         problem = Problem(n, G, conns, items, kind != "alltoall", sk.senders_of, sk.own_chunks_first,
                           switch_pairs=switch_pairs, switch_strategy=strategy,
                           link_strategy=sk.strategy if sk.strategy in ("minmax", "maxmin") else None,
@@ -483,7 +484,7 @@ class _Builder:
             ops.append(Op(1 + k, u, v, *src, *dst, lane=_family(q + b, hops[ch]), route=self._route(u, v)))
         last = 1 + len(order)
         if self.inplace:    # the copies run after the last transfer, each rank's on one threadblock
-            self.tail_us = (n - 1) * c * self.chunk_bytes / (self.costs.tb_gbps * 1000)
+            self.tail_us = (n - 1) * c * self.copy_us
         for r in range(n if self.inplace else 0):   # one copy per run of arrivals: before the rank's own, after
             ops += [Op(last, r, r, "s", a, "o", a, b - a) for a, b in ((0, r * c), ((r + 1) * c, n * c)) if b > a]
         return ops, base + max(transit.values())
