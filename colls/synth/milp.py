@@ -53,9 +53,10 @@ the simulated time of the file as solved (one copy), 2 nodes of every shipped pr
 reduce-scatter 1.17-1.27x, allreduce 1.12-1.23x, alltoall 1.12-1.38x (link time alone, as before these
 costs: 2.2-10.7x). Each constraint also makes the files faster where it binds (2 x DGX A100 reduce-scatter at
 1 MB, one copy: 90.6 -> 76.7 us with the fan; 2 x MI250 alltoall 209.9 -> 189.6 us with the pairs) and the
-solve slower (2 x DGX-2 alltoall: 1.0 s with link time alone, 5.6 s with the costs, 13.9 s with the pairs). S is the chunk size a TACCL profile was measured at
-(``topology.meta["chunk_bytes"]``), or else a 1 MiB buffer per rank cut into the collective's
-``nchunksperloop`` chunks (option ``size`` changes the buffer); ``info`` records both.
+solve slower (2 x DGX-2 alltoall: 1.0 s with link time alone, 5.6 s with the costs, 13.9 s with the pairs).
+S is the chunk size a TACCL profile was measured at (``topology.meta["chunk_bytes"]``), or else a 1 MiB buffer
+per rank cut into the collective's ``nchunksperloop`` chunks (option ``size`` changes the buffer); ``info``
+records both.
 
 *Connections*: every GPU pair inside a node that has a route (switch pairs, mesh links); between nodes
 only the sketch's relay pairs (``internode_conn``: local sender s of every node to its receivers on
@@ -133,7 +134,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from fractions import Fraction
 
 from colls.collectives import Collective
@@ -250,8 +251,9 @@ class _Builder:
         self.n = n
         self.stages: dict = {}
         self.notes: list = []
-        self.costs = _Costs.of(topology)
-        self.copy_us = self.chunk_bytes / (self.costs.tb_gbps * 1000)    # one threadblock moving a chunk
+        # the runtime's costs (colls.runtimes.costs: Simple, a stream launch) and one threadblock moving a chunk
+        self.costs = model_for("Simple", topology.gpu_model())
+        self.copy_us = self.chunk_bytes / (tb_rate(topology.gpu_model()) * 1000)
         self.tail_us = 0.0          # what runs after the last transfer (an in-place alltoall's copies)
 
     # --- problems -------------------------------------------------------------------------------------
@@ -485,25 +487,9 @@ class _Builder:
         last = 1 + len(order)
         if self.inplace:    # the copies run after the last transfer, each rank's on one threadblock
             self.tail_us = (n - 1) * c * self.copy_us
-        for r in range(n if self.inplace else 0):   # one copy per run of arrivals: before the rank's own, after
-            ops += [Op(last, r, r, "s", a, "o", a, b - a) for a, b in ((0, r * c), ((r + 1) * c, n * c)) if b > a]
+            for r in range(n):   # one copy per run of arrivals: the chunks before the rank's own, and after
+                ops += [Op(last, r, r, "s", a, "o", a, b - a) for a, b in ((0, r * c), ((r + 1) * c, n * c)) if b > a]
         return ops, base + max(transit.values())
-
-
-@dataclass(frozen=True)
-class _Costs:
-    """The runtime's costs the model charges (:mod:`colls.runtimes.costs`, Simple, a stream launch): a call's
-    launch, a message's fixed cost, the proxy's delay across nodes, and one threadblock's copy rate."""
-
-    launch_us: float
-    step_us: float
-    net_step_us: float
-    tb_gbps: float
-
-    @staticmethod
-    def of(topology: Topology) -> "_Costs":
-        model = model_for("Simple", topology.gpu_model())
-        return _Costs(model.launch_us, model.step_us, model.net_step_us, tb_rate(topology.gpu_model()))
 
 
 def _family(family: int, hop: int) -> int:

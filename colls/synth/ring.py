@@ -882,8 +882,8 @@ def synthesize(topology: Topology, collective: Collective, *, rings: int | None 
     max_rings : the largest default count to consider (the pipeline lowers it when a program with
         more rings exceeded the target's limits).
     options : ``max_tbs`` (the threadblocks per GPU the target runs) sizes an alltoall's copy lanes
-        (:func:`_alltoall`), ``inplace`` False stages none of its blocks; the others are accepted and ignored (the pipeline passes every method the same
-        options).
+        (:func:`_alltoall`), ``inplace`` False stages none of its blocks; the others are accepted and ignored
+        (the pipeline passes every method the same options).
 
     Raises CollsError when the rank count is not the topology's GPU count, ``rings`` is out of range, or
     the fabric has no ring (a needed pair has no route).
