@@ -234,7 +234,7 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
                 f"need {nlanes * nseg} channels; {target.name} allows {target.max_channels}; "
                 f"try fewer --rings, --instances or --chunks"
                 + ("" if target.name == "old" else ", or --target old")) from None
-        tbs, bad = _threadblocks(instrs, options.shape)
+        tbs, bad = _threadblocks(instrs, options.shape, limit_tbs)
         # a rank's threadblocks, and those with a send (receive) peer on one channel: splitting a fusion never
         # merges two (one per peer and direction on a channel), so they are refused as soon as they are laid out
         _check_tbs(schedule, max(Counter(tb.rank for tb in tbs).values(), default=0), limit_tbs, options, target)
@@ -567,12 +567,13 @@ def _locations(slots, coll: Collective) -> set:
     return out
 
 
-def _threadblocks(instrs: list[_Instr], shape: tuple = (0, 0)) -> tuple[list[_Tb], set]:
+def _threadblocks(instrs: list[_Instr], shape: tuple = (0, 0), limit: int | None = None) -> tuple[list[_Tb], set]:
     """Group instructions into threadblocks: one per (rank, channel, recv peer, send peer) pairing.
 
     Ties between pairings go to the peers nearest in :func:`colls.topology.rank_offset` (``shape``: the
     machine's node-major layout), not in rank number, so a schedule that is the same seen from every GPU gets
-    the same threadblocks on every GPU.
+    the same threadblocks on every GPU. A rank with more than ``limit`` threadblocks gets some of its peers'
+    receiving and sending threadblocks packed into one (:func:`_pack`).
 
     Returns the threadblocks and the fused (receive, send) pairs whose two peers did not end up in one
     threadblock; the caller splits those and tries again."""
@@ -637,7 +638,45 @@ def _threadblocks(instrs: list[_Instr], shape: tuple = (0, 0)) -> tuple[list[_Tb
                 tb = local_tb
             ins.tb = tb
             tb.instrs.append(ins)
+    if limit is not None:
+        tbs = _pack(tbs, limit, shape)
     return tbs, orphans
+
+
+def _pack(tbs: list[_Tb], limit: int, shape: tuple) -> list[_Tb]:
+    """A rank that has more than ``limit`` threadblocks (its SMs: all must be resident) gets, for as many of its
+    peers as it takes to fit, the threadblock that only receives from a peer on a channel and the one that only
+    sends to it there packed into one (``send`` and ``recv`` that peer, as the runtimes allow: one sender and
+    one receiver of a connection per channel), the peers with the fewest instructions first (the packing
+    serializes their sends and receives, so they cost the least time), nearest peer first on ties.
+
+    Packing makes no wait cycle: neither threadblock holds a fused instruction (those are in the paired
+    threadblocks), so every instruction of the packed one waits only for earlier times (:func:`_wait_cycles`),
+    and :func:`_order` runs them by time. Files within the limit are laid out as before."""
+    per_rank: dict = defaultdict(list)
+    for tb in tbs:
+        per_rank[tb.rank].append(tb)
+    out = []
+    for rank, group in sorted(per_rank.items()):
+        over = len(group) - limit
+        if over <= 0:
+            out += group
+            continue
+        recv_only = {(tb.chan, tb.recv): tb for tb in group if tb.send < 0 <= tb.recv}
+        send_only = {(tb.chan, tb.send): tb for tb in group if tb.recv < 0 <= tb.send}
+        pairs = sorted((key for key in recv_only if key in send_only),
+                       key=lambda k: (len(recv_only[k].instrs) + len(send_only[k].instrs),
+                                      rank_offset(shape, k[1], rank), k[0]))
+        gone = set()
+        for chan, peer in pairs[:over]:
+            r, s = recv_only[chan, peer], send_only[chan, peer]
+            r.send = peer
+            r.instrs += s.instrs
+            for ins in s.instrs:
+                ins.tb = r
+            gone.add(id(s))
+        out += [tb for tb in group if id(tb) not in gone]
+    return out
 
 
 def _order(tbs: list[_Tb]) -> set:

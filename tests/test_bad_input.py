@@ -169,7 +169,7 @@ CASES = [
     (SYNTH + ["--method", "direct", "--rings", "2"], "--rings"),
     (SYNTH + ["--max-threadblocks", "0"], "--max-threadblocks"),
     (SYNTH + ["--max-threadblocks", "many"], "--max-threadblocks"),
-    (SYNTH + ["--method", "direct", "--max-threadblocks", "2"], "--max-threadblocks"),   # one per peer: 7
+    (SYNTH + ["--method", "direct", "--max-threadblocks", "1"], "--max-threadblocks"),   # its peer and its copy: 2
     (SYNTH + ["--instances", "0"], "--instances"),
     (SYNTH + ["--instances", "1e3"], "--instances"),
     (SYNTH + ["--instances", BIG], "--instances"),

@@ -347,3 +347,20 @@ def test_a_layout_that_fails_with_its_peers_moved_is_refused_at_once(monkeypatch
                                          "cannot hold have channels of their own"):
         lower(schedule, TARGETS["exe"], LowerOptions(sms=topo.min_sms(), shape=topo.node_major()))
     assert len(tried) == 1
+
+
+def test_threadblocks_beyond_sms_pack_a_peers_sends_and_receives():
+    """Every rank of a 6-rank direct reduce-scatter has a threadblock receiving from each peer and one sending to
+    it, 11 with its copy. With 8 SMs the lowering packs the receiving and sending threadblocks of as many peers
+    as it takes into one (send and recv that peer), the peers with the fewest instructions first; the program
+    still proves, and with room enough nothing is packed."""
+    free = lower(direct_reducescatter(6), TARGETS["exe"])
+    assert free.max_tbs() == 11
+    assert not any(tb.send == tb.recv >= 0 for g in free.gpus for tb in g.tbs)
+    packed = lower(direct_reducescatter(6), TARGETS["exe"], LowerOptions(sms=8))
+    check(packed)
+    for g in packed.gpus:
+        assert len(g.tbs) == 8
+        both = [tb for tb in g.tbs if tb.send == tb.recv >= 0]
+        assert len(both) == 3
+        assert all(len(tb.steps) == 2 for tb in both)
