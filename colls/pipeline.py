@@ -502,7 +502,7 @@ def _method_options(topology, collective, method, target, instances, options, mo
         options["inplace"] = False
     tgt = budgeted(get_target(target), options.pop("max_threadblocks", None))
     synth.get_method(method)
-    if method in ("trees", "direct", "ring"):
+    if method in ("trees", "direct", "ring", "milp"):
         options.setdefault("max_tbs", tgt.max_tbs)  # lanes are chosen to fit what the runtime loads
     if method == "ring" and "rings" not in options:  # ring counts are chosen among those that fit
         options.update(max_steps=tgt.max_steps, max_channels=tgt.max_channels)

@@ -170,3 +170,22 @@ def test_the_objective_charges_the_runtimes_costs(profile):
         t = simulate(c.program, topo, kind, size)[0].time_us
         assert info["objective_us"] / within <= t <= info["objective_us"] * within, (kind, t, info["objective_us"])
         assert info["launch_us"] > 0
+
+
+def test_lanes_per_pair_when_one_count_for_every_pair_exceeds_the_sms():
+    """A GPU relays 130 transfers to one peer (3 lane families) and 10 to each of six others. One family count for
+    every pair spreads the light pairs over the 3 families too: 21 sending threadblocks. Within a budget of 21 or
+    more the lanes stay so; below it each pair gets the families its own transfers need (the light ones one): 9,
+    and no pair has more than LANE_OPS transfers on a lane."""
+    from collections import Counter
+    from colls.schedule import Op
+    from colls.synth.milp import LANE_OPS, _family, _lanes, _threadblocks
+    ops = [Op(1 + k, 0, 7, "i", 0, "o", 0, lane=_family(k, 1)) for k in range(130)]
+    ops += [Op(200 + 10 * p + k, 0, p, "i", 0, "o", 0, lane=_family(k, 1)) for p in range(1, 7) for k in range(10)]
+    wide = _lanes(ops)
+    assert _threadblocks(wide) == 21
+    assert _lanes(ops, 21) == wide
+    narrow = _lanes(ops, 20)
+    assert _threadblocks(narrow) == 9
+    assert max(Counter((op.src, op.dst, op.lane) for op in narrow).values()) <= LANE_OPS
+    assert [op.lane % 2 for op in narrow] == [op.lane % 2 for op in ops]

@@ -134,6 +134,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import defaultdict
 from dataclasses import replace
 from fractions import Fraction
 
@@ -181,8 +182,9 @@ def synthesize(topology: Topology, collective: Collective, *, sketch: Sketch | N
         1 MiB).
     progress : a callable given one line per solved stage.
     options : ``inplace`` False: the file serves out-of-place calls only, and an alltoall's chunks land in
-        the output at once (:meth:`_Builder._alltoall`); the others are accepted and ignored (the pipeline
-        passes every method the same options).
+        the output at once (:meth:`_Builder._alltoall`); ``max_tbs``: the target's threadblocks per GPU (with
+        the GPU's SMs, the most :func:`_lanes` lays the transfers out on); the others are accepted and ignored
+        (the pipeline passes every method the same options).
 
     Raises CollsError for a collective the method does not make, a rank count that is not the
     machine's, an infeasible sketch (naming the constraint family) or a time limit too short for any
@@ -208,7 +210,8 @@ def synthesize(topology: Topology, collective: Collective, *, sketch: Sketch | N
     else:
         coll = collective.with_chunks(chunkup)
     settings = Settings(time_limit=float(time_limit), gap=float(gap), seed=int(seed), threads=int(threads))
-    builder = _Builder(topology, coll, sketch, size, settings, progress, options.get("inplace", True))
+    max_tbs = min(options.get("max_tbs") or topology.min_sms(), topology.min_sms())
+    builder = _Builder(topology, coll, sketch, size, settings, progress, options.get("inplace", True), max_tbs)
     schedule = builder.build()
     schedule.info.update(schedule_facts(schedule, topology))
     return schedule
@@ -233,9 +236,10 @@ def _check_number(value, key: str, lower: float, upper: float | None = None) -> 
 class _Builder:
     """States the problem(s) of one collective, solves them and turns the solutions into ops."""
 
-    def __init__(self, topology, coll, sketch, size, settings, progress, inplace=True):
+    def __init__(self, topology, coll, sketch, size, settings, progress, inplace=True, max_tbs=None):
         self.topo = topology
         self.inplace = inplace
+        self.max_tbs = max_tbs          # threadblocks a GPU holds (its SMs, the target's limit): _lanes
         self.coll = coll
         self.sketch = sketch
         self.settings = settings
@@ -389,7 +393,7 @@ class _Builder:
             first = 1 + max(op.step for op in ops)
             ops += self._multicast(forward, ag, first, lambda c: (("o", c), ("o", c)), copy=False)
             scratch = 0
-        schedule = Schedule(self.coll, _lanes(ops), METHOD, scratch)
+        schedule = Schedule(self.coll, _lanes(ops, self.max_tbs), METHOD, scratch)
         schedule.info.update(self.facts(), lanes=len(schedule.lanes))
         if kind == "alltoall":
             schedule.info["staged_blocks"] = staged_blocks(ops, self.coll)
@@ -497,7 +501,7 @@ def _family(family: int, hop: int) -> int:
     return 2 * family + hop % 2
 
 
-def _lanes(ops: list[Op]) -> list[Op]:
+def _lanes(ops: list[Op], max_tbs: int | None = None) -> list[Op]:
     """Final lanes: the hop's parity, plus twice the chunk family modulo K, K the smallest count that
     leaves no GPU pair more than about LANE_OPS transfers per lane (the runtime's threadblocks hold
     at most 64 steps); local ops stay on lane 0.
@@ -509,14 +513,48 @@ def _lanes(ops: list[Op]) -> list[Op]:
     after the other, and the parity's second channel is gone. colls.simulate, busbw at 1 KB / 1 MB /
     1 GB on 2 x NDv2 allgather: 0.0187 / 10.1 / 23.1 GB/s with the parity, 0.0122 / 6.63 / 14.2 fused
     on one channel, 0.0177 / 8.96 / 20.5 fused on two; 2 x NDv2 allreduce 9.19 against 7.44 at 1 MB;
-    2 x DGX-2 is mixed (allgather 1 MB 21.6 against 23.5 fused, 1 GB 81.2 against 80.2)."""
+    2 x DGX-2 is mixed (allgather 1 MB 21.6 against 23.5 fused, 1 GB 81.2 against 80.2).
+
+    K is one count for every pair, so every pair a GPU talks to has a threadblock on each of the 2 K lanes.
+    When that is more threadblocks than a GPU holds (``max_tbs``: its SMs, the target's limit), each pair gets
+    the count its own transfers need instead: a GPU that relays many chunks between nodes spreads those over
+    lanes, and its pairs inside the node stay on two (8 x NDv2 alltoall: 110 threadblocks a GPU with one K,
+    over its 80 SMs)."""
     per: dict = {}
     for op in ops:
         if not op.local:
             for key in ((op.src, op.dst), (op.dst, op.src)):
                 per[key] = per.get(key, 0) + 1
-    count = min(MAX_LANES // 2, max(1, -(-max(per.values(), default=0) // LANE_OPS)))
-    return [replace(op, lane=0 if op.local else op.lane % 2 + 2 * ((op.lane // 2) % count)) for op in ops]
+
+    def need(n: int) -> int:
+        return min(MAX_LANES // 2, max(1, -(-n // LANE_OPS)))
+
+    count = need(max(per.values(), default=0))
+    out = [replace(op, lane=0 if op.local else op.lane % 2 + 2 * ((op.lane // 2) % count)) for op in ops]
+    if max_tbs is None or _threadblocks(out) <= max_tbs:
+        return out
+    return [replace(op, lane=0 if op.local else op.lane % 2 + 2 * ((op.lane // 2) % need(per[op.src, op.dst])))
+            for op in ops]
+
+
+def _threadblocks(ops: list[Op]) -> int:
+    """The fewest threadblocks a GPU's busiest rank needs for ``ops`` on their lanes: per lane, one for each peer
+    it sends to or receives from, whichever are more (a threadblock has one peer each way), and one for its
+    local copies."""
+    send, recv = defaultdict(set), defaultdict(set)
+    local = defaultdict(set)
+    for op in ops:
+        if op.local:
+            local[op.src].add(op.lane)
+        else:
+            send[op.src, op.lane].add(op.dst)
+            recv[op.dst, op.lane].add(op.src)
+    per_rank: dict = defaultdict(int)
+    for (rank, lane) in set(send) | set(recv):
+        per_rank[rank] += max(len(send.get((rank, lane), ())), len(recv.get((rank, lane), ())))
+    for rank, lanes in local.items():
+        per_rank[rank] += len(lanes)
+    return max(per_rank.values(), default=0)
 
 
 def _allgather_slots(coll: Collective):
