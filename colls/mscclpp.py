@@ -144,16 +144,17 @@ def plan_of(program: Program, topology, *, name: str, inplace: bool | None = Non
 
 
 def fits(program: Program, topology) -> bool:
-    """Whether every threadblock's plan of ``program`` stays within MSCCL++'s 64 ops (pipelined or whole);
-    anything else the writer would refuse is left to it, with its own message."""
-    return not over_budget(program, topology)
+    """Whether every threadblock's plan of ``program`` stays within MSCCL++'s 64 ops pipelined (as
+    :func:`plan_of` writes it by default); anything else the writer would refuse is left to it, with its own
+    message."""
+    return not over_budget(program, topology, rt.PIPELINE_UNIT_BYTES)
 
 
-def over_budget(program: Program, topology) -> list[tuple[int, int]]:
-    """The threadblocks (gpu, tb id) whose plan, written whole, has more than MSCCL++'s 64 ops (the lowering
-    cuts their connections onto more channels: colls.lower.LowerOptions.fits)."""
+def over_budget(program: Program, topology, slice_bytes: int | None = None) -> list[tuple[int, int]]:
+    """The threadblocks (gpu, tb id) whose plan, written whole (pipelined by ``slice_bytes``), has more than
+    MSCCL++'s 64 ops (the lowering cuts their connections onto more channels: colls.lower.LowerOptions.fits)."""
     try:
-        _plan(program, topology, "fits", None, SLOTS, None)
+        _plan(program, topology, "fits", None, SLOTS, slice_bytes)
     except _OverBudget as e:
         return e.over
     except CollsError:

@@ -641,7 +641,7 @@ def _plan_fits(tgt: Target, topology: Topology):
     if tgt.name != "mscclpp":
         return None
     from colls import mscclpp
-    return lambda program: mscclpp.over_budget(program, topology)
+    return lambda program: mscclpp.over_budget(program, topology, mscclpp.rt.PIPELINE_UNIT_BYTES)
 
 
 def _finish(topology: Topology, base: Schedule, schedule: Schedule, program: Program, method: str, tgt: Target,

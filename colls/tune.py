@@ -371,8 +371,9 @@ def _link_floor(timer: Fastest) -> float:
 def compile_for_plans(topology, collective, method: str, **settings):
     """:func:`compile_fastest` for an MSCCL++ plan (:mod:`colls.mscclpp`): lowered as for the MSCCL executor
     (the program the XML file would have), or, when a threadblock of that program makes more than the 64 ops
-    MSCCL++ runs, for the ``mscclpp`` lowering (:data:`colls.runtimes.mscclpp.LOWERING`: at most
-    PLAN_MAX_STEPS steps a threadblock, a ring cut into segments on channels of their own), which always fits."""
+    MSCCL++ runs as a pipelined plan, for the ``mscclpp`` lowering (:data:`colls.runtimes.mscclpp.LOWERING`:
+    threadblocks cut into step segments on channels of their own until each pipelined plan fits), which always
+    fits."""
     from colls import mscclpp
     settings.pop("target", None)
     result = compile_fastest(topology, collective, method, target="exe",

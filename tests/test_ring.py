@@ -407,12 +407,14 @@ def test_a_power_of_two_ring_count_the_channels_cannot_hold_is_not_lowered(monke
     assert 8 not in lowered and lowered[0] == 4, lowered
 
 
-def test_a_ring_count_stepped_down_for_a_limit_stays_a_power_of_two():
-    """Lowered for MSCCL++ plans, 8 rings of 16 ranks need 40 channels (5 step segments each): more than 32.
-    The count steps down to 4, not 6: 6 rings would leave 96 chunks per loop, which divide no power-of-two
+def test_a_ring_count_stepped_down_for_a_limit_stays_a_power_of_two(monkeypatch):
+    """Lowered for MSCCL++ plans held to 32 channels, 8 rings of 16 ranks need 40 channels (5 step segments
+    each). The count steps down to 4, not 6: 6 rings would leave 96 chunks per loop, which divide no power-of-two
     call, so the runtime would never run the file."""
-    from colls import pipeline
+    from dataclasses import replace
+    from colls import pipeline, runtimes
     from colls.inputs.hardware import load_topology
+    monkeypatch.setitem(runtimes.LOWERINGS, "mscclpp", replace(runtimes.LOWERINGS["mscclpp"], max_channels=32))
     topo = load_topology("dgx-a100", nodes=2)
     c = pipeline.compile_schedule(topo, Collective("allreduce", 16), "ring", target="mscclpp", in_memory=True,
                                   prove=False)

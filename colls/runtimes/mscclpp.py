@@ -77,12 +77,20 @@ PLAN_OPS_PER_STEP = 11
 PLAN_MAX_STEPS = (MAX_OPERATIONS - PLAN_GRANT_OPS) // PLAN_OPS_PER_STEP
 # The schedules of plans are lowered as for the MSCCL executor (the XML program is what colls proves and
 # then writes as a plan), its threadblocks cut into step segments on channels of their own until every
-# threadblock's plan fits MAX_OPERATIONS (colls.lower.LowerOptions.fits, colls.mscclpp.over_budget): most steps
-# take 3 to 6 ops, so a threadblock usually holds 10 to 20 steps; PLAN_MAX_STEPS steps always fit, so the
-# cutting ends. A step is at least one op: more than PLAN_STEP_BOUND steps never fit.
+# threadblock's plan, pipelined as colls.mscclpp.plan_of writes it, fits MAX_OPERATIONS (colls.lower.LowerOptions
+# .fits, colls.mscclpp.over_budget): a ring allreduce's step takes about 8 ops pipelined (257 for 31 steps, 226
+# whole), so its threadblocks hold 6 to 7 steps; a one-step segment always fits, so the cutting ends. A step is at least one
+# op: more than PLAN_STEP_BOUND steps never fit. Cut for the whole (unpipelined) form instead, a 2 x DGX A100
+# ring allreduce took 1.59 times its XML file at 1 GB (each hop waits for whole 2 MiB messages).
 PLAN_STEP_BOUND = MAX_OPERATIONS - PLAN_GRANT_OPS
+# The segments' channels: a plan has no count of channels per GPU (EP reads each GPU's "connected_to" list
+# whole; the limits are per threadblock, MAX_CHANNELS_PER_TB of each type, which the writer checks), and the XML
+# program's channel numbers only group its connections, so the lowering is not held to the executor's 32. A
+# GPU's threadblocks bound them in practice (every channel holds one at each end); 256 bounds the segment search.
+# The 2 x DGX A100 ring allreduce above: 2 copies of 8 rings cut into 6 segments, 96 channels and threadblocks.
+PLAN_MAX_CHANNELS = 256
 LOWERING = dataclasses.replace(exe.TARGET, name="mscclpp", description="MSCCL++ execution plans (0.8 and later)",
-                               max_steps=PLAN_STEP_BOUND)
+                               max_steps=PLAN_STEP_BOUND, max_channels=PLAN_MAX_CHANNELS)
 BUFFER_ALIGNMENT = 16                # default buffer_alignment (EP); offsets are in these units
 # With reuse_resources the executor's own 128 MiB buffer is the scratch (EX defaultScratchBufferSize =
 # 1 << 27) and chunks beyond PREDFINED_SCRATCH_SIZE = 64 MiB (EC) wrap; colls never sets reuse_resources,
