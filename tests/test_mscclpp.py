@@ -21,6 +21,8 @@ REFUSED = {(1, "ring", "allreduce"), (2, "ring", "allgather"), (2, "ring", "redu
 # lowered for plans too: the XML program's plan fits 64 ops only unpipelined (tune.compile_for_plans wants it
 # pipelined)
 CUT_FOR_PIPELINES = {(1, "ring", "allgather")}
+# lowered for plans although the XML program's plan fits: cut into segments, a deeper file is faster
+CUT_FASTER = {(1, "ring", "reducescatter"), (2, "direct", "allreduce"), (2, "trees", "reducescatter")}
 # what fits 64 ops only unpipelined (a pipelined step takes 2 to 3 ops more), so is written so
 UNPIPELINED = {(1, "ring", "allgather")}
 _TOPOS: dict = {}
@@ -78,14 +80,14 @@ def test_plans_verify_or_are_refused_by_the_op_limit(nodes, method, kind):
 @pytest.mark.parametrize("nodes,method,kind", CASES, ids=lambda v: str(v))
 def test_every_method_makes_a_plan_within_64_ops(nodes, method, kind):
     """What synth and compile write for plans (tune.compile_for_plans): the XML program where its pipelined plan
-    fits 64 ops, otherwise the program lowered for the mscclpp target (its threadblocks cut into step segments
+    fits 64 ops (unless the cut one below is faster: CUT_FASTER), otherwise the program lowered for the mscclpp target (its threadblocks cut into step segments
     on channels of their own until every plan fits: the rings of REFUSED). Every one makes a proved plan,
     and the writer's most ops for one step (PLAN_OPS_PER_STEP) holds throughout."""
     from colls import tune
     t = topo(nodes)
     result = tune.compile_for_plans(t, Collective(kind, t.ngpus), method, in_memory=True, prove=False)
     prog = result.program
-    assert (result.target.name == "mscclpp") == ((nodes, method, kind) in REFUSED | CUT_FOR_PIPELINES)
+    assert (result.target.name == "mscclpp") == ((nodes, method, kind) in REFUSED | CUT_FOR_PIPELINES | CUT_FASTER)
     assert mscclpp.fits(prog, t)
     plan = mscclpp.plan_of(prog, t, name=f"{method}-{kind}-{nodes}n")
     report = verify_plan(plan, kind, "<plan>", inplace=False)
@@ -438,3 +440,23 @@ def test_only_the_threadblocks_over_64_ops_are_cut():
     report = verify_plan(plan, "alltoall", "<plan>", inplace=False)
     assert report.ok and report.facts["semantics_checked"], report.format()
 
+
+def test_plans_take_the_cut_program_only_when_it_is_faster():
+    """1 x DGX A100 ring reduce-scatter: the XML program fits 64 ops a threadblock as a pipelined plan, and the
+    program lowered for plans (cut into segments, with more copies) simulates at least 1 % faster at
+    tune.SIZES as a plan: that one is written."""
+    import math
+    from colls import tune
+    from colls.simulate.plans import time_plan
+    t = topo(1)
+    coll = Collective("reducescatter", t.ngpus)
+    fit = tune.compile_fastest(t, coll, "ring", target="exe", in_memory=True, prove=False,
+                               fits=lambda d: mscclpp.fits(d.program, t))
+    assert mscclpp.fits(fit.program, t)
+    chosen = tune.compile_for_plans(t, coll, "ring", in_memory=True, prove=False)
+    assert chosen.target.name == "mscclpp"
+
+    def score(made):
+        plan = mscclpp.plan_of(made.program, t, name="s")
+        return math.prod(time_plan(plan, made.program, t, s).time_us for s in tune.SIZES)
+    assert score(chosen) < score(fit) * (1 - tune.COPIES_GAIN) ** len(tune.SIZES)
