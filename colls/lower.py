@@ -650,9 +650,10 @@ def _pack(tbs: list[_Tb], limit: int, shape: tuple) -> list[_Tb]:
     one receiver of a connection per channel), the peers with the fewest instructions first (the packing
     serializes their sends and receives, so they cost the least time), nearest peer first on ties.
 
-    Packing makes no wait cycle: neither threadblock holds a fused instruction (those are in the paired
-    threadblocks), so every instruction of the packed one waits only for earlier times (:func:`_wait_cycles`),
-    and :func:`_order` runs them by time. Files within the limit are laid out as before."""
+    Packing adds no wait that goes back in time: neither threadblock holds a fused instruction (those are in the
+    paired threadblocks), and :func:`_order` runs the packed one's instructions by time, so a wait cycle still
+    needs a fused instruction elsewhere, which :func:`_wait_cycles` splits as before. Files within the limit are
+    laid out as before."""
     per_rank: dict = defaultdict(list)
     for tb in tbs:
         per_rank[tb.rank].append(tb)
