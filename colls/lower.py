@@ -680,6 +680,17 @@ def _pack(tbs: list[_Tb], limit: int, shape: tuple) -> list[_Tb]:
     return out
 
 
+FUSED_TYPES = frozenset({"rcs", "rrs", "rrcs"})
+
+
+def packed(program: Program) -> int:
+    """The most threadblocks on one GPU of ``program`` that :func:`_pack` packed: those that send to and receive
+    from one peer and hold no fused step (a threadblock the lowering pairs so is paired for its fusions)."""
+    return max((sum(1 for tb in g.tbs if tb.send == tb.recv >= 0 and not any(st.type in FUSED_TYPES
+                                                                           for st in tb.steps))
+                for g in program.gpus), default=0)
+
+
 def _order(tbs: list[_Tb]) -> set:
     """Put each threadblock's instructions in an order that keeps its receives in receive-key order and
     its sends in send-key order (the order the other end of each connection uses) and that runs every

@@ -91,6 +91,9 @@ class Compiled:
         if f.get("root") is not None:
             line += (f"; for root {f['root']} only: install it only where every {f['collective']} call uses root "
                      f"{f['root']} (the runtime does not check the root)")
+        if f.get("packed_threadblocks"):
+            line += (f"; {f['packed_threadblocks']} threadblocks a GPU both send to and receive from one peer, their "
+                     "sends and receives taking turns, so that the GPU's SMs hold every threadblock")
         info = f.get("method_info", {})
         if info.get("staged_blocks") and self.mode != "outofplace":
             line += (f"; {info['staged_blocks']} blocks a GPU wait in scratch for in-place calls and are copied out "
@@ -729,7 +732,8 @@ def _facts(topology, schedule, program, tgt, method, mode, with_bound: bool = Tr
     algbw, link = schedule.model_algbw(topology) if with_bound else (None, None)
     facts = {
         "collective": coll.kind, "method": method, "hardware": topology.name, "target": tgt.name,
-        "gpus": coll.nranks, "threadblocks": program.max_tbs(), "channels": program.nchannels,
+        "gpus": coll.nranks, "threadblocks": program.max_tbs(), "packed_threadblocks": lowering.packed(program),
+        "channels": program.nchannels,
         "steps": program.max_steps(), "chunks_per_loop": program.nchunksperloop,
         "scratch_chunks": schedule.scratch, "instances": schedule.info.get("instances", 1),
         "proto": program.proto, "inplace": bool(program.inplace), "outofplace": bool(program.outofplace),

@@ -354,11 +354,13 @@ def test_threadblocks_beyond_sms_pack_a_peers_sends_and_receives():
     it, 11 with its copy. With 8 SMs the lowering packs the receiving and sending threadblocks of as many peers
     as it takes into one (send and recv that peer), the peers with the fewest instructions first; the program
     still proves, and with room enough nothing is packed."""
+    from colls.lower import packed as packed_count
     free = lower(direct_reducescatter(6), TARGETS["exe"])
     assert free.max_tbs() == 11
-    assert not any(tb.send == tb.recv >= 0 for g in free.gpus for tb in g.tbs)
+    assert not any(tb.send == tb.recv >= 0 for g in free.gpus for tb in g.tbs) and packed_count(free) == 0
     packed = lower(direct_reducescatter(6), TARGETS["exe"], LowerOptions(sms=8))
     check(packed)
+    assert packed_count(packed) == 3
     for g in packed.gpus:
         assert len(g.tbs) == 8
         both = [tb for tb in g.tbs if tb.send == tb.recv >= 0]

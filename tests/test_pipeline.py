@@ -229,3 +229,14 @@ def test_a_compiled_file_crosses_processes_whole():
     assert back.schedule.ops == c.schedule.ops and back.base.ops == c.base.ops
     assert back.program == c.program and msccl.emit(back.program) == c.text
     assert back.schedule.ops and {type(op) for op in back.schedule.ops} == {type(c.schedule.ops[0])}
+
+
+def test_a_file_over_the_sms_packs_threadblocks_and_says_so():
+    """direct allgather on 8 x DGX A100 gives each GPU a receiving and a sending threadblock for each of its 63
+    peers: 127 with its copy, over the A100's 108 SMs, and was refused. The lowering packs the lightest peers'
+    two into one until the GPU holds them all; the file is proved and its summary says how many share."""
+    topo = hardware.load_topology("dgx-a100", nodes=8)
+    made = pipeline.compile_schedule(topo, Collective("allgather", topo.ngpus), "direct")
+    assert made.program.max_tbs() == topo.min_sms() == 108
+    assert made.facts["packed_threadblocks"] == 19
+    assert "19 threadblocks a GPU both send to and receive from one peer" in made.summary()
