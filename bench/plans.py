@@ -8,6 +8,11 @@ the program serves, in-place and out-of-place), and writes the table to bench/PL
 every case to bench/plans.json. A case is *proved*, *refused* (the method makes no file for that machine, or
 the plan would break a limit: the reason is recorded), or *failed*: a plan that was written but not proved,
 or an error that is not a refusal. A failed case is a defect; the script exits 1 when there is one.
+
+For every proved plan it also times it (:func:`colls.simulate.plans.time_plan`, MSCCL++'s model) at 1 MB, 64 MB
+and 1 GB against two MSCCL XML files under the XML target's model (exe; rccl on MI250): the program the plan was
+written from (the same schedule, lowered alike), and the file ``colls synth`` writes for the XML target (the
+method's default XML file, whose copies and pipeline depth may be more than a plan's 64 ops a threadblock hold).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from colls.collectives import Collective  # noqa: E402
 from colls.errors import CollsError  # noqa: E402
 from colls.compile import milp_settings  # noqa: E402
 from colls.inputs import hardware  # noqa: E402
+from colls.simulate import simulate  # noqa: E402
+from colls.simulate.plans import time_plan  # noqa: E402
 from colls.verify.plan import proved_plan  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -32,9 +39,23 @@ NODES = (1, 2)
 METHODS = ("ring", "direct", "trees", "milp")
 KINDS = ("allgather", "reducescatter", "allreduce", "alltoall")
 MILP = milp_settings()          # colls compile's budget and gap
+TIMED = (1 << 20, 64 << 20, 1 << 30)
 
 
-def case(topo, method: str, kind: str) -> dict:
+def _ratios(plan: dict, program, xml_program, topo, kind: str, target: str) -> dict:
+    """Plan time over XML time at each of TIMED, for the same program and for the XML target's default file
+    (None where one of the two is not served at that size)."""
+    out = {"same": [], "default": []}
+    for size in TIMED:
+        t = time_plan(plan, program, topo, size, inplace=False)
+        for key, prog in (("same", program), ("default", xml_program)):
+            x = simulate(prog, topo, kind, size, target=target)[0] if prog is not None else None
+            ok = t.served and x is not None and x.served
+            out[key].append(round(t.time_us / x.time_us, 3) if ok else None)
+    return out
+
+
+def case(topo, method: str, kind: str, profile: str = "") -> dict:
     t0 = time.perf_counter()
     coll = Collective(kind, topo.ngpus)
     options = dict(MILP) if method == "milp" else {}
@@ -49,9 +70,18 @@ def case(topo, method: str, kind: str) -> dict:
         outcome = "refused" if "at most" in str(e) or "limit" in str(e) else "failed"
         return {"outcome": outcome, "why": str(e), "seconds": round(time.perf_counter() - t0, 2)}
     ops = max(mscclpp.op_count(tb["ops"]) for g in plan["gpus"] for tb in g["threadblocks"])
+    target = "rccl" if profile == "mi250" else "exe"      # as bench/speedup.py
+    try:
+        xml = tune.compile_fastest(topo, coll, method, target=target, options=dict(options), in_memory=True,
+                                   prove=False).program
+    except CollsError:
+        xml = None
+    timed = plan if not plan["inplace"] else mscclpp.plan_of(program, topo, name="oop", inplace=False)
     return {"outcome": "proved", "modes": ["in-place" if m else "out-of-place" for m in modes],
             "lowered_for": result.target.name, "threadblocks": max(len(g["threadblocks"]) for g in plan["gpus"]),
-            "max_ops": ops, "seconds": round(time.perf_counter() - t0, 2)}
+            "max_ops": ops, "pipelined": mscclpp.slice_of(plan) is not None,
+            "plan_over_xml": _ratios(timed, program, xml, topo, kind, target),
+            "seconds": round(time.perf_counter() - t0, 2)}
 
 
 def markdown(results: dict) -> str:
@@ -78,6 +108,31 @@ def markdown(results: dict) -> str:
     counts = {o: sum(r["outcome"] == o for row in results["cases"].values() for r in row.values())
               for o in ("proved", "refused", "failed")}
     lines += ["", f"{counts['proved']} proved, {counts['refused']} refused, {counts['failed']} failed.", ""]
+    lines += ["## Plan time over XML time", "",
+              "Each proved plan, out-of-place, at 1 MB / 64 MB / 1 GB: its time on MSCCL++'s model over the MSCCL XML "
+              "file's on the XML target's (exe; rccl on MI250). *same*: the program the plan was written from; "
+              "*default*: the file `colls synth` writes for the XML target. Below 1: the plan is faster. n/a: one "
+              "of the two does not serve that size. `(whole)`: the plan is not pipelined.", "",
+              "| machine | method | " + " | ".join(KINDS) + " |", "|---|---|" + "---|" * len(KINDS)]
+    same, default = [], []
+    for key, row in results["cases"].items():
+        machine, method = key.rsplit("/", 1)
+        cells = []
+        for kind in KINDS:
+            r = row[kind]
+            if r["outcome"] != "proved":
+                cells.append("")
+                continue
+            ratios = r["plan_over_xml"]
+            same += [v for v in ratios["same"] if v is not None]
+            default += [v for v in ratios["default"] if v is not None]
+            text = {k: "/".join("n/a" if v is None else f"{v:.2f}" for v in ratios[k]) for k in ratios}
+            cells.append(f"same {text['same']}; default {text['default']}" + ("" if r["pipelined"] else " (whole)"))
+        lines.append(f"| {machine} | {method} | " + " | ".join(cells) + " |")
+    if same:
+        lines += ["", f"Same program: {min(same):.2f} to {max(same):.2f}, {sum(v > 1 for v in same)} of {len(same)} "
+                      f"above 1. Default XML file: {min(default):.2f} to {max(default):.2f}, "
+                      f"{sum(v > 1.05 for v in default)} of {len(default)} above 1.05.", ""]
     return "\n".join(lines + why) + "\n"
 
 
@@ -89,7 +144,7 @@ def main() -> int:
         for nodes in NODES:
             topo = hardware.load_topology(profile, nodes=nodes)
             for method in METHODS:
-                row = {kind: case(topo, method, kind) for kind in KINDS}
+                row = {kind: case(topo, method, kind, profile) for kind in KINDS}
                 results["cases"][f"{profile} x{nodes}/{method}"] = row
                 print(f"{profile} x{nodes} {method}: " + ", ".join(f"{k} {r['outcome']} ({r['seconds']} s)"
                                                                  for k, r in row.items()), flush=True)
