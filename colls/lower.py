@@ -319,10 +319,10 @@ def _check_tbs(schedule: Schedule, tbmax: int, limit_tbs: int, options: LowerOpt
     if tbmax > limit_tbs:
         what = f"the GPU's {options.sms} SMs" if options.sms and options.sms < target.max_tbs \
             else f"--max-threadblocks {target.tbs_budget}" if target.tbs_budget == target.max_tbs \
-            else f"the target's {target.max_tbs}"
+            else target.tbs_why if target.tbs_why else f"the target's {target.max_tbs}"
+        why = "" if target.tbs_why and what == target.tbs_why else " (threadblocks must all be resident)"
         raise LimitError(f"{schedule.method} {schedule.collective.kind}: needs {tbmax} threadblocks "
-                         f"per GPU, more than {what} (threadblocks must all be resident); try fewer "
-                         f"--instances or --chunks, or another --method")
+                         f"per GPU, more than {what}{why}; try fewer --instances or --chunks, or another --method")
 
 
 def _check_per_channel(schedule: Schedule, per_chan: int, target: Target) -> None:

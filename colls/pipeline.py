@@ -504,6 +504,11 @@ def _method_options(topology, collective, method, target, instances, options, mo
     if mode == "outofplace":
         options["inplace"] = False
     tgt = budgeted(get_target(target), options.pop("max_threadblocks", None))
+    proof = options.pop("proof_threadblocks", None)         # colls.tune.compile_for_plans: what a proof holds
+    if proof is not None and proof // collective.nranks < tgt.max_tbs:
+        cap = max(1, proof // collective.nranks)
+        tgt = replace(tgt, max_tbs=cap, tbs_why=f"the {cap} a plan of {collective.nranks} GPUs may hold (colls "
+                                                f"proves a plan of at most {proof:,} threadblocks in all)")
     synth.get_method(method)
     if method in ("trees", "direct", "ring", "milp"):
         options.setdefault("max_tbs", tgt.max_tbs)  # lanes are chosen to fit what the runtime loads

@@ -381,8 +381,11 @@ def compile_for_plans(topology, collective, method: str, **settings):
     threadblocks than the GPU has, both hold the same file (1 x DGX-2 direct allreduce: 2 pieces a block in
     both, 8 in the XML file, whose plan would need 58 threadblocks for each of 4 segments)."""
     from colls import mscclpp
+    from colls.runtimes.mscclpp import PLAN_PROOF_THREADBLOCKS
     from colls.simulate.plans import time_plan
     settings.pop("target", None)
+    # every plan written is proved, which holds memory in the square of its threadblocks in all
+    settings["options"] = dict(settings.get("options") or {}, proof_threadblocks=PLAN_PROOF_THREADBLOCKS)
     first = compile_fastest(topology, collective, method, target="exe",
                             fits=lambda deeper: mscclpp.fits(deeper.program, topology), **settings)
     if not mscclpp.fits(first.program, topology):

@@ -239,3 +239,16 @@ def test_a_plan_in_a_cuda_graph_pays_no_host_cost(synth_plan):
     assert len(times["stream"]) == 2
     for stream, graph in zip(times["stream"], times["graph"]):
         assert stream - graph == pytest.approx(22.0, abs=0.01)
+
+
+def test_a_plan_too_large_to_prove_is_refused_naming_the_reason():
+    """A plan's proof holds memory in the square of its threadblocks in all; programs for plans hold at most
+    PLAN_PROOF_THREADBLOCKS (3,072: 32 GPUs x 96 took 1.3 GB to prove). On 16 x DGX A100 (128 GPUs) the ring
+    allreduce cut for plans needs 25 threadblocks a GPU, over the 24 that leaves: refused with that reason, no
+    file (it took 190 s and 4.8 GB to be refused with 32 channels, and passed 18 GB with 256)."""
+    from colls import tune
+    from colls.errors import LimitError
+    assert rt.PLAN_PROOF_THREADBLOCKS == 3072
+    topo = hardware.load_topology("dgx-a100", nodes=16)
+    with pytest.raises(LimitError, match="more than the 24 a plan of 128 GPUs may hold"):
+        tune.compile_for_plans(topo, Collective("allreduce", topo.ngpus), "ring", in_memory=True, prove=False)

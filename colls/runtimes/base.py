@@ -38,6 +38,8 @@ class Target:
     single_node_ring_copies: tuple = ()   # (GPU model, copies) when every rank is on one node
     # a user's budget of threadblocks per GPU (--max-threadblocks), already folded into max_tbs; None: none
     tbs_budget: int | None = None
+    # why max_tbs is below the target's own, when something other than the SMs or --max-threadblocks set it
+    tbs_why: str | None = None
     # the threads of one of its own collective kernel's blocks, per protocol (comm->maxThreads): with the bytes
     # each thread must have (colls.runtimes.nccl.THREAD_THRESHOLDS) they set how many channels a call uses
     coll_threads: tuple = (("LL", 512), ("LL128", 640), ("Simple", 512))

@@ -89,6 +89,11 @@ PLAN_STEP_BOUND = MAX_OPERATIONS - PLAN_GRANT_OPS
 # GPU's threadblocks bound them in practice (every channel holds one at each end); 256 bounds the segment search.
 # The 2 x DGX A100 ring allreduce above: 2 copies of 8 rings cut into 6 segments, 96 channels and threadblocks.
 PLAN_MAX_CHANNELS = 256
+# What colls proves of a plan (colls.verify.plan) follows both calls' threadblocks with a vector clock each, so its
+# memory grows with the square of the plan's threadblocks in all (GPUs x threadblocks a GPU): 32 GPUs x 96 took
+# 1.3 GB and 21 s, and 128 x 100 (16 x DGX A100's ring allreduce cut for plans) passed 18 GB. Programs for plans
+# hold at most this many in all (colls.tune.compile_for_plans), so every plan colls writes is proved within 2 GB.
+PLAN_PROOF_THREADBLOCKS = 3072
 LOWERING = dataclasses.replace(exe.TARGET, name="mscclpp", description="MSCCL++ execution plans (0.8 and later)",
                                max_steps=PLAN_STEP_BOUND, max_channels=PLAN_MAX_CHANNELS)
 BUFFER_ALIGNMENT = 16                # default buffer_alignment (EP); offsets are in these units
