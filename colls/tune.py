@@ -377,9 +377,8 @@ def compile_for_plans(topology, collective, method: str, **settings):
     copies must (cutting holds more threadblocks). The first holds fewer copies or a shallower pipeline where
     the deeper file's threadblocks would be over 64 ops; cut into segments, the deeper one can be faster: 2 x
     MI250 trees allgather, 46 threadblocks and 4 chunks a tree as the first, 151 / 1,292 / 3,806 us at 16 MB /
-    256 MB / 1 GB; 92 threadblocks and 2 copies cut, 119 / 1,295 / 3,825 us. Where the segments need more
-    threadblocks than the GPU has, both hold the same file (1 x DGX-2 direct allreduce: 2 pieces a block in
-    both, 8 in the XML file, whose plan would need 58 threadblocks for each of 4 segments)."""
+    256 MB / 1 GB; 92 threadblocks and 2 copies cut, 119 / 1,295 / 3,825 us. Both can also stop at the same file
+    (1 x DGX-2 direct allreduce: 2 pieces a block in both, where the XML file has 8)."""
     from colls import mscclpp
     from colls.runtimes.mscclpp import PLAN_PROOF_THREADBLOCKS
     from colls.simulate.plans import time_plan
