@@ -127,7 +127,7 @@ alone, which it closed in 0.5 s, and the larger models run to their limit (8 x N
 Schedules over the GPU's threadblocks get lanes per GPU pair (:func:`_lanes`) and the lowering packs the lightest
 peers' threadblocks (colls.lower), so 8 x NDv2 alltoall (110 threadblocks a GPU with one lane count, 80 SMs) and
 8 x DGX-2 allgather (81) are written, not refused after their solve. Next: the receivers' turns in the model; a
-bound that closes the gap of the larger solves (2 x DGX A100's to 4 x DGX A100's reduce-scatter: 14 % at the
+bound that closes the gap of the larger solves (4 x DGX A100 reduce-scatter: 14 % at the
 time limit; a 5 % --gap changed none of 22 files measured); contiguity (several chunks in one send, TACCL's stage 3); ``rrs`` forwarding
 of partial sums; overlapping the two halves of allreduce in one model.
 """
