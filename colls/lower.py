@@ -44,7 +44,7 @@ import networkx as nx
 from colls.collectives import Collective
 from colls.errors import CollsError, LimitError
 from colls.program import Gpu, Program, Step, Threadblock, rotated
-from colls.schedule import TRANSIENT, Op, Schedule
+from colls.schedule import TRANSIENT, Op, Schedule, channel_peers, fewest_threadblocks
 from colls.runtimes import Target
 from colls.verify.execution import fifo_messages
 from colls.topology import rank_offset
@@ -298,21 +298,11 @@ def _check_peers(schedule: Schedule, ops: list, chan_of, limit_tbs: int, options
     many threadblocks with a send (receive) peer on a channel as distinct peers it sends to (receives from)
     there, and at least the larger of the two on each channel (the counts :func:`_check_tbs` and
     :func:`_check_per_channel` test once the threadblocks are laid out, which only splitting fusions adds to)."""
-    peers: dict = defaultdict(set)
-    for op in ops:
-        if not op.local:
-            c = chan_of(op)
-            peers[(op.src, c, "s")].add(op.dst)
-            peers[(op.dst, c, "r")].add(op.src)
+    peers = channel_peers(ops, chan_of)
     if not peers:
         return
     _check_per_channel(schedule, max(len(p) for p in peers.values()), target)
-    per_rank: dict = defaultdict(int)
-    for (rank, chan, d), p in peers.items():
-        other = peers.get((rank, chan, "r" if d == "s" else "s"), ())
-        if len(p) > len(other) or (len(p) == len(other) and d == "s"):   # each channel once, its larger side
-            per_rank[rank] += len(p)
-    _check_tbs(schedule, max(per_rank.values()), limit_tbs, options, target)
+    _check_tbs(schedule, max(fewest_threadblocks(peers).values()), limit_tbs, options, target)
 
 
 def _check_tbs(schedule: Schedule, tbmax: int, limit_tbs: int, options: LowerOptions, target: Target) -> None:

@@ -313,3 +313,28 @@ class Schedule:
         if worst == 0:
             return Fraction(0), None
         return Fraction(total) / worst, link
+
+
+def channel_peers(ops, chan_of) -> dict:
+    """(rank, channel, "s" or "r") -> the peers a rank's remote ``ops`` send to (receive from) on that channel
+    (``chan_of(op)``)."""
+    peers: dict = defaultdict(set)
+    for op in ops:
+        if not op.local:
+            c = chan_of(op)
+            peers[(op.src, c, "s")].add(op.dst)
+            peers[(op.dst, c, "r")].add(op.src)
+    return peers
+
+
+def fewest_threadblocks(peers: dict) -> dict:
+    """rank -> the fewest threadblocks its remote ops need (``peers`` of :func:`channel_peers`): a threadblock
+    has one send peer and one receive peer on its channel, so on each channel as many as the peers it sends to
+    or receives from, whichever are more."""
+    per_rank: dict = defaultdict(int)
+    for (rank, chan, d), p in peers.items():
+        other = peers.get((rank, chan, "r" if d == "s" else "s"), ())
+        if len(p) > len(other) or (len(p) == len(other) and d == "s"):   # each channel once, its larger side
+            per_rank[rank] += len(p)
+    return per_rank
+

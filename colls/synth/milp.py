@@ -142,7 +142,7 @@ from fractions import Fraction
 
 from colls.collectives import Collective
 from colls.errors import CollsError
-from colls.schedule import Op, Schedule
+from colls.schedule import Op, Schedule, channel_peers, fewest_threadblocks
 from colls.runtimes.costs import model_for, tb_rate
 from colls.inputs.sketch import Sketch, derive_sketch, sketch_text, symmetry_permutation
 from colls.synth.common import schedule_facts, too_many_gpus
@@ -540,20 +540,13 @@ def _lanes(ops: list[Op], max_tbs: int | None = None) -> list[Op]:
 
 
 def _threadblocks(ops: list[Op]) -> int:
-    """The fewest threadblocks a GPU's busiest rank needs for ``ops`` on their lanes: per lane, one for each peer
-    it sends to or receives from, whichever are more (a threadblock has one peer each way), and one for its
-    local copies."""
-    send, recv = defaultdict(set), defaultdict(set)
+    """The fewest threadblocks the busiest rank needs for ``ops`` on their lanes (those of its remote ops,
+    :func:`colls.schedule.fewest_threadblocks`, and one for its local copies on each lane that has them)."""
+    per_rank = fewest_threadblocks(channel_peers(ops, lambda op: op.lane))
     local = defaultdict(set)
     for op in ops:
         if op.local:
             local[op.src].add(op.lane)
-        else:
-            send[op.src, op.lane].add(op.dst)
-            recv[op.dst, op.lane].add(op.src)
-    per_rank: dict = defaultdict(int)
-    for (rank, lane) in set(send) | set(recv):
-        per_rank[rank] += max(len(send.get((rank, lane), ())), len(recv.get((rank, lane), ())))
     for rank, lanes in local.items():
         per_rank[rank] += len(lanes)
     return max(per_rank.values(), default=0)
