@@ -62,13 +62,17 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
         chosen, more = deepest(chosen, topology, collective, method, options, unproved, score, fits, hold=True,
                                times=times)
         facts.update(more)
-    if settings.get("in_memory") and not settings.get("prove", True):
-        result = chosen         # already made so: in memory, not proved
-    else:
-        result = pipeline.proved(chosen, progress=settings.get("progress"),
-                                 in_memory=settings.get("in_memory", False), prove=settings.get("prove", True))
+    result = _as_asked(chosen, settings)
     result.facts.update(facts)
     return result
+
+
+def _as_asked(chosen, settings: dict):
+    """``chosen`` (made in memory, not proved, to be simulated) emitted and proved as ``settings`` ask."""
+    if settings.get("in_memory") and not settings.get("prove", True):
+        return chosen           # already made so: in memory, not proved
+    return pipeline.proved(chosen, progress=settings.get("progress"), in_memory=settings.get("in_memory", False),
+                           prove=settings.get("prove", True))
 
 
 def _fastest_count(topology, collective, method, options: dict, unproved: dict):
@@ -385,14 +389,16 @@ def compile_for_plans(topology, collective, method: str, **settings):
     settings.pop("target", None)
     # every plan written is proved, which holds memory in the square of its threadblocks in all
     settings["options"] = dict(settings.get("options") or {}, proof_threadblocks=PLAN_PROOF_THREADBLOCKS)
+    # both candidates made in memory and not proved; only the one taken is proved, as compile_fastest does
+    unproved = dict(settings, in_memory=True, prove=False)
     first = compile_fastest(topology, collective, method, target="exe",
-                            fits=lambda deeper: mscclpp.fits(deeper.program, topology), **settings)
+                            fits=lambda deeper: mscclpp.fits(deeper.program, topology), **unproved)
     if not mscclpp.fits(first.program, topology):
         return compile_fastest(topology, collective, method, target="mscclpp", **settings)
     try:
-        cut = compile_fastest(topology, collective, method, target="mscclpp", **settings)
+        cut = compile_fastest(topology, collective, method, target="mscclpp", **unproved)
     except CollsError:
-        return first
+        return _as_asked(first, settings)
 
     def score(made) -> float:
         plan = mscclpp.plan_of(made.program, topology, name="score")
@@ -400,4 +406,4 @@ def compile_for_plans(topology, collective, method: str, **settings):
         if not all(t.served for t in times):
             return math.inf
         return math.exp(sum(math.log(t.time_us) for t in times) / len(times))
-    return cut if score(cut) < score(first) * (1 - COPIES_GAIN) else first
+    return _as_asked(cut if score(cut) < score(first) * (1 - COPIES_GAIN) else first, settings)
