@@ -505,8 +505,8 @@ def _method_options(topology, collective, method, target, instances, options, mo
         options["inplace"] = False
     tgt = budgeted(get_target(target), options.pop("max_threadblocks", None))
     proof = options.pop("proof_threadblocks", None)         # colls.tune.compile_for_plans: what a proof holds
-    if proof is not None and proof // collective.nranks < tgt.max_tbs:
-        cap = max(1, proof // collective.nranks)
+    cap = None if proof is None else max(1, proof // collective.nranks)
+    if cap is not None and cap < tgt.max_tbs:
         tgt = replace(tgt, max_tbs=cap, tbs_why=f"the {cap} a plan of {collective.nranks} GPUs may hold (colls "
                                                 f"proves a plan of at most {proof:,} threadblocks in all)")
     synth.get_method(method)
