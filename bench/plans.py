@@ -29,7 +29,7 @@ from colls.collectives import Collective  # noqa: E402
 from colls.errors import CollsError  # noqa: E402
 from colls.compile import milp_settings  # noqa: E402
 from colls.inputs import hardware  # noqa: E402
-from colls.simulate import simulate  # noqa: E402
+from colls.simulate import simulate, size_text  # noqa: E402
 from colls.simulate.plans import time_plan  # noqa: E402
 from colls.verify.plan import proved_plan  # noqa: E402
 
@@ -65,7 +65,8 @@ def case(topo, method: str, kind: str, profile: str = "") -> dict:
         return {"outcome": "refused", "why": str(e), "seconds": round(time.perf_counter() - t0, 2)}
     program = result.program
     try:
-        plan, modes = proved_plan(program, topo, name=f"{method}-{kind}", inplace=not program.outofplace)
+        plan, modes = proved_plan(program, topo, name=f"{method}-{kind}", inplace=not program.outofplace,
+                                  slice_bytes=result.facts["plan_slice"])
     except CollsError as e:
         outcome = "refused" if "at most" in str(e) or "limit" in str(e) else "failed"
         return {"outcome": outcome, "why": str(e), "seconds": round(time.perf_counter() - t0, 2)}
@@ -76,10 +77,11 @@ def case(topo, method: str, kind: str, profile: str = "") -> dict:
                                    prove=False).program
     except CollsError:
         xml = None
-    timed = plan if not plan["inplace"] else mscclpp.plan_of(program, topo, name="oop", inplace=False)
+    timed = plan if not plan["inplace"] else mscclpp.plan_of(program, topo, name="oop", inplace=False,
+                                                             slice_bytes=result.facts["plan_slice"])
     return {"outcome": "proved", "modes": ["in-place" if m else "out-of-place" for m in modes],
             "lowered_for": result.target.name, "threadblocks": max(len(g["threadblocks"]) for g in plan["gpus"]),
-            "max_ops": ops, "pipelined": mscclpp.slice_of(plan) is not None,
+            "max_ops": ops, "pipelined": mscclpp.slice_of(plan) is not None, "unit": mscclpp.slice_of(plan),
             "plan_over_xml": _ratios(timed, program, xml, topo, kind, target),
             "seconds": round(time.perf_counter() - t0, 2)}
 
@@ -112,7 +114,8 @@ def markdown(results: dict) -> str:
               "Each proved plan, out-of-place, at 1 MB / 64 MB / 1 GB: its time on MSCCL++'s model over the MSCCL XML "
               "file's on the XML target's (exe; rccl on MI250). *same*: the program the plan was written from; "
               "*default*: the file `colls synth` writes for the XML target. Below 1: the plan is faster. n/a: one "
-              "of the two does not serve that size. `(whole)`: the plan is not pipelined.", "",
+              "of the two does not serve that size. In brackets: the unit the plan is pipelined by (the fastest at 16 MB "
+              "and 256 MB, as `colls synth` chooses it), `whole`: not pipelined.", "",
               "| machine | method | " + " | ".join(KINDS) + " |", "|---|---|" + "---|" * len(KINDS)]
     same, default = [], []
     for key, row in results["cases"].items():
@@ -127,7 +130,8 @@ def markdown(results: dict) -> str:
             same += [v for v in ratios["same"] if v is not None]
             default += [v for v in ratios["default"] if v is not None]
             text = {k: "/".join("n/a" if v is None else f"{v:.2f}" for v in ratios[k]) for k in ratios}
-            cells.append(f"same {text['same']}; default {text['default']}" + ("" if r["pipelined"] else " (whole)"))
+            unit = f" ({size_text(r['unit'])})" if r["pipelined"] else " (whole)"
+            cells.append(f"same {text['same']}; default {text['default']}{unit}")
         lines.append(f"| {machine} | {method} | " + " | ".join(cells) + " |")
     if same:
         lines += ["", f"Same program: {min(same):.2f} to {max(same):.2f}, {sum(v > 1 for v in same)} of {len(same)} "
@@ -136,18 +140,25 @@ def markdown(results: dict) -> str:
     return "\n".join(lines + why) + "\n"
 
 
+def _row(task) -> tuple:
+    profile, nodes, method = task
+    topo = hardware.load_topology(profile, nodes=nodes)
+    row = {kind: case(topo, method, kind, profile) for kind in KINDS}
+    print(f"{profile} x{nodes} {method}: " + ", ".join(f"{k} {r['outcome']} ({r['seconds']} s)"
+                                                     for k, r in row.items()), flush=True)
+    return f"{profile} x{nodes}/{method}", row
+
+
 def main() -> int:
+    import multiprocessing
     import platform
+    from colls.compile import default_jobs
     results = {"machine": f"{platform.processor() or platform.machine()}, Python {platform.python_version()}; "
                           f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}", "cases": {}}
-    for profile in PROFILES:
-        for nodes in NODES:
-            topo = hardware.load_topology(profile, nodes=nodes)
-            for method in METHODS:
-                row = {kind: case(topo, method, kind, profile) for kind in KINDS}
-                results["cases"][f"{profile} x{nodes}/{method}"] = row
-                print(f"{profile} x{nodes} {method}: " + ", ".join(f"{k} {r['outcome']} ({r['seconds']} s)"
-                                                                 for k, r in row.items()), flush=True)
+    tasks = [(profile, nodes, method) for profile in PROFILES for nodes in NODES for method in METHODS]
+    # one row per process, as many as the machine runs at once (each case's seconds are its own process's)
+    with multiprocessing.get_context("spawn").Pool(default_jobs()) as pool:
+        results["cases"] = dict(pool.map(_row, tasks, chunksize=1))
     (HERE / "plans.json").write_text(json.dumps(results, indent=1) + "\n")
     (HERE / "PLANS.md").write_text(markdown(results))
     print("wrote bench/plans.json and bench/PLANS.md")

@@ -364,20 +364,21 @@ def _write_plan(result, topo, output: str, mode: str, simulate: bool, as_json: b
     program = result.program
     inplace = mode == "inplace"
     name = f"{program.name}-{'ip' if inplace else 'oop'}"
-    plan, modes = proved_plan(program, topo, name=name, inplace=inplace)
+    from colls.simulate import plans
+    plan, modes = proved_plan(program, topo, name=name, inplace=inplace, slice_bytes=result.facts["plan_slice"])
     text = mscclpp.dumps(plan)
     f = dict(result.facts, target=PLAN_TARGET, plan_name=name, inplace=inplace, outofplace=not inplace,
              proved_calls=[("in-place" if m else "out-of-place") for m in modes],
              max_ops_per_threadblock=max(mscclpp.op_count(tb["ops"]) for g in plan["gpus"]
                                          for tb in g["threadblocks"]),
-             min_bytes=plan["min_message_size"], max_bytes=plan["max_message_size"])
+             min_bytes=plan["min_message_size"], max_bytes=plan["max_message_size"],
+             pipeline_unit_bytes=mscclpp.slice_of(plan))
     for key in ("model_algbw_gbps", "bound_algbw_gbps", "fraction_of_bound", "simulated_busbw_gbps",
                 "runtime_optimum_pct", "simulated_not_run"):
         f.pop(key, None)
     if simulate:
         from colls.simulate import SUMMARY_SIZES, size_text
-        from colls.simulate import plans
-        machine = plans.machine(program, topo, f["collective"])
+        machine = plans.machine(program, topo, f["collective"], mscclpp.slice_of(plan))
         timings = {s: plans.time_plan(plan, program, topo, s, mach=machine) for s in SUMMARY_SIZES}
         f["simulated_busbw_gbps"] = {size_text(s): t.busbw_gbps for s, t in timings.items()}
         f["simulated_not_run"] = {size_text(s): t.reason for s, t in timings.items() if not t.served}
@@ -389,7 +390,8 @@ def _write_plan(result, topo, output: str, mode: str, simulate: bool, as_json: b
     line = (f"{f['collective']} {f['method']} on {f['hardware']}: {f['gpus']} gpus, {f['threadblocks']} "
             f"threadblocks/gpu, {f['max_ops_per_threadblock']} ops max/threadblock (MSCCL++ runs 64), "
             f"{f['chunks_per_loop']} chunks per loop; plan {name} for {'in-place' if inplace else 'out-of-place'} "
-            f"calls of {f['min_bytes']} to {f['max_bytes']} bytes; verified for {PLAN_TARGET} "
+            f"calls of {f['min_bytes']} to {f['max_bytes']} bytes, {plans.unit_words(f['pipeline_unit_bytes'])}; "
+            f"verified for {PLAN_TARGET} "
             f"({mscclpp.calls_words(modes)} calls proved)")
     words = simulated_words({"simulated_busbw_gbps": f.get("simulated_busbw_gbps"),
                              "simulated_not_run": f.get("simulated_not_run")})

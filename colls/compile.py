@@ -38,7 +38,7 @@ import multiprocessing
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Callable
 
@@ -48,8 +48,10 @@ from colls.collectives import Collective, busbw_factor
 from colls.errors import CollsError, LimitError
 from colls.files import check_output, write_atomic
 from colls.runtimes import calibration, get_target
+from colls.runtimes import mscclpp as rt
 from colls.simulate import Timing, parse_sizes, served, size_text
 from colls.simulate.baseline import Fastest, RuntimeDefault
+from colls.simulate.plans import unit_words
 from colls.verify.execution import fifo_messages
 
 METHODS = ("ring", "direct", "trees", "milp")
@@ -808,24 +810,37 @@ def _plan_variants(topology, coll, name, options, sizes, bound) -> Method:
     _copies(first, m)
     kept, refused = [], None
     for c in m.variants:
-        try:
-            plan = mscclpp.plan_of(c.program, topology, name="candidate", inplace=False)
-        except CollsError as e:
-            refused = refused or str(e)
+        units = plan_sim.slices(c.program, topology)
+        if not units:
+            try:
+                mscclpp.plan_of(c.program, topology, name="candidate", inplace=False)
+            except CollsError as e:
+                refused = refused or str(e)
             continue
-        kept.append((c, plan, plan_sim.machine(c.program, topology, coll.kind)))
-    m.variants = [c for c, _, _ in kept]
+        # one variant per pipeline unit, the default first: each size takes the fastest
+        kept.append([(replace(c, facts=dict(c.facts, plan_slice=unit)), plan,
+                      plan_sim.machine(c.program, topology, coll.kind, unit)) for unit, plan in units])
+    m.variants = [c for group in kept for c, _, _ in group]
     if not kept:
         m.refused = f"no MSCCL++ plan: {refused}"
         return m
     m.timings = []
     for s in sizes:
-        best = None
-        for index, (c, plan, mach) in enumerate(kept):
-            t = plan_sim.time_plan(plan, c.program, topology, s, bound=bound, mach=mach)
-            if t.served and (best is None or t.time_us < best.time_us * (1 - 1e-9)):
-                t.extra.update(index=index, instances=c.facts["instances"])
-                best = t
+        best, index = None, 0
+        for group in kept:
+            whole = group[-1][2].message_bytes("Simple", s)     # the unpipelined plan's largest message
+            timed: dict = {}        # units at least as large as every step at this size time alike
+            for c, plan, mach in group:
+                unit = c.facts["plan_slice"]
+                key = whole if unit is None else min(unit, whole)
+                if key in timed:
+                    t = replace(timed[key], extra=dict(timed[key].extra))
+                else:
+                    t = timed[key] = plan_sim.time_plan(plan, c.program, topology, s, bound=bound, mach=mach)
+                if t.served and (best is None or t.time_us < best.time_us * (1 - 1e-9)):
+                    t.extra.update(index=index, instances=c.facts["instances"])
+                    best = t
+                index += 1
         m.timings.append(best)
     return m
 
@@ -837,7 +852,9 @@ def lower_plans(plans) -> None:
     for p, r, count, base in _chosen(plans):
         r.compiled = pipeline.relower(base, proto="Simple", min_bytes=r.min_bytes, max_bytes=r.max_bytes)
         stem = f"colls-{p.kind}-{p.ngpus}r-{count:02d}-{r.winner[0]}-x{base.facts['instances']}"
-        plan, modes = proved_plan(r.compiled.program, r.compiled.topology, name=f"{stem}-oop", inplace=False)
+        r.compiled.facts["plan_slice"] = base.facts.get("plan_slice", rt.PIPELINE_UNIT_BYTES)
+        plan, modes = proved_plan(r.compiled.program, r.compiled.topology, name=f"{stem}-oop", inplace=False,
+                                  slice_bytes=r.compiled.facts["plan_slice"])
         r.plans = [(f"{stem}-oop.json", plan)]
         if True in modes:
             r.plans.append((f"{stem}-ip.json", dict(plan, name=f"{stem}-ip", inplace=True)))
@@ -994,7 +1011,8 @@ def plans_readme(plans, topology) -> str:
         for r in p.ranges:
             files = ", ".join(f"`{PLANS}/{f}`" for f, _ in r.plans) or (r.note or "none")
             words = "NCCL's own" if r.winner is None else (f"{r.winner[0]} x{r.compiled.facts['instances']}, "
-                                                             f"{r.compiled.facts['threadblocks']} threadblocks/GPU")
+                                                             f"{r.compiled.facts['threadblocks']} threadblocks/GPU, "
+                                                             f"{unit_words(r.compiled.facts['plan_slice'])}")
             out.append(_readme_row(p, r, PLAN_TARGET, words, files))
         if p.notes:
             out += [""] + [f"Note: {n}" for n in p.notes]

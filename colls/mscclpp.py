@@ -24,7 +24,9 @@ Mapping (one plan threadblock per XML threadblock, same ids):
   step, the consumer acquires it before its step. Each is released and acquired once a call (once a slice
   when pipelined, below). A run of nop steps that only wait (the XML waits on one dependency a step) is one
   ``sem_acquire`` of all their semaphores (:func:`_acquire_runs`).
-- Pipelining (``slice_bytes``, on by default: :data:`colls.runtimes.mscclpp.PIPELINE_UNIT_BYTES`): the data
+- Pipelining (``slice_bytes``, on by default: :data:`colls.runtimes.mscclpp.PIPELINE_UNIT_BYTES`; synth and
+  compile write each plan with the unit of ``PIPELINE_UNITS`` that simulates fastest,
+  :func:`colls.simulate.plans.fastest_slice`): the data
   movement of each step runs inside a ``pipeline`` op of ``num_chunks`` = the step's chunk count, so the
   executor runs it in slices of ``slice_bytes`` and the next hop forwards slice i while this one sends slice
   i + 1, as the MSCCL executor overlaps hops slice by slice. The data handshake is per slice: the receiver's

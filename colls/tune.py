@@ -377,15 +377,16 @@ def compile_for_plans(topology, collective, method: str, **settings):
     (the program the XML file would have) within the 64 ops MSCCL++ runs in a threadblock of a pipelined plan,
     and for the ``mscclpp`` lowering (:data:`colls.runtimes.mscclpp.LOWERING`: threadblocks cut into step
     segments on channels of their own until each pipelined plan fits), which always fits: the second when its
-    plan simulates at least :data:`COPIES_GAIN` faster at :data:`SIZES` (geometric mean), as a doubling of the
-    copies must (cutting holds more threadblocks). The first holds fewer copies or a shallower pipeline where
+    plan simulates at least :data:`COPIES_GAIN` faster at :data:`SIZES` (geometric mean, each program's plan
+    pipelined by its fastest unit), as a doubling of the copies must (cutting holds more threadblocks). The
+    result's ``facts["plan_slice"]`` is the unit its plan is written with. The first holds fewer copies or a shallower pipeline where
     the deeper file's threadblocks would be over 64 ops; cut into segments, the deeper one can be faster: 2 x
     MI250 trees allgather, 46 threadblocks and 4 chunks a tree as the first, 151 / 1,292 / 3,806 us at 16 MB /
     256 MB / 1 GB; 92 threadblocks and 2 copies cut, 119 / 1,295 / 3,825 us. Both can also stop at the same file
     (1 x DGX-2 direct allreduce: 2 pieces a block in both, where the XML file has 8)."""
     from colls import mscclpp
     from colls.runtimes.mscclpp import PLAN_PROOF_THREADBLOCKS
-    from colls.simulate.plans import time_plan
+    from colls.simulate.plans import fastest_slice
     settings.pop("target", None)
     # every plan written is proved, which holds memory in the square of its threadblocks in all
     settings["options"] = dict(settings.get("options") or {}, proof_threadblocks=PLAN_PROOF_THREADBLOCKS)
@@ -394,16 +395,19 @@ def compile_for_plans(topology, collective, method: str, **settings):
     first = compile_fastest(topology, collective, method, target="exe",
                             fits=lambda deeper: mscclpp.fits(deeper.program, topology), **unproved)
     if not mscclpp.fits(first.program, topology):
-        return compile_fastest(topology, collective, method, target="mscclpp", **settings)
+        return _with_unit(compile_fastest(topology, collective, method, target="mscclpp", **settings), topology)
     try:
         cut = compile_fastest(topology, collective, method, target="mscclpp", **unproved)
     except CollsError:
-        return _as_asked(first, settings)
+        return _with_unit(_as_asked(first, settings), topology)
+    scored = {id(made): fastest_slice(made.program, topology, SIZES) for made in (first, cut)}
+    chosen = cut if scored[id(cut)][1] < scored[id(first)][1] * (1 - COPIES_GAIN) else first
+    return _with_unit(_as_asked(chosen, settings), topology, scored[id(chosen)][0])
 
-    def score(made) -> float:
-        plan = mscclpp.plan_of(made.program, topology, name="score")
-        times = [time_plan(plan, made.program, topology, size) for size in SIZES]
-        if not all(t.served for t in times):
-            return math.inf
-        return math.exp(sum(math.log(t.time_us) for t in times) / len(times))
-    return _as_asked(cut if score(cut) < score(first) * (1 - COPIES_GAIN) else first, settings)
+
+def _with_unit(made, topology, unit=False):
+    """``made`` with ``facts["plan_slice"]``: the pipeline unit its plan is written with (the fastest at
+    :data:`SIZES`, :func:`colls.simulate.plans.fastest_slice`; None: unpipelined)."""
+    from colls.simulate.plans import fastest_slice
+    made.facts["plan_slice"] = fastest_slice(made.program, topology, SIZES)[0] if unit is False else unit
+    return made

@@ -51,6 +51,9 @@ def test_synth_writes_a_plan_that_verifies_byte_identical(synth_plan):
     assert out.startswith(f"wrote {a}: allgather direct on dgx-a100: 8 gpus")
     assert "verified for mscclpp (in-place and out-of-place calls proved)" in out
     assert "(MSCCL++ plan model)" in out and out.count("\n") == 1
+    plan = mscclpp.load(a.read_text(), str(a))
+    unit = mscclpp.slice_of(plan)
+    assert (f"pipelined in {plans.size_text(unit)} slices" if unit else "whole steps (not pipelined)") in out
     assert a.read_bytes() == b.read_bytes()
     plan = mscclpp.load(a.read_text(), str(a))
     assert plan["inplace"] is False and plan["name"].endswith("-oop")
@@ -201,6 +204,10 @@ def test_compile_writes_plans_env_and_register(folder):
     assert all(r[1] == "allgather" and r[2] == 8 and r[3] == 8 for r in rows)
     readme = (folder / "README.md").read_text()
     assert "half-open" in readme and "inclusive" in readme
+    for f in files:         # each plan's row says the unit it is pipelined by
+        unit = mscclpp.slice_of(mscclpp.load((folder / "plans" / f).read_text(), f))
+        row = next(line for line in readme.splitlines() if f"plans/{f}" in line)
+        assert plans.unit_words(unit) in row, row
     compile(folder.joinpath("register_plans.py").read_text(), "register_plans.py", "exec")
 
 

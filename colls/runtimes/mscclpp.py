@@ -130,6 +130,11 @@ PIPELINE_UNIT_ALIGNMENT = 16
 # execution-plans/reduce_nvls_pipeline.json "unit_size": 1048576), half the MSCCL executor's Simple slice (2 MiB,
 # colls.verify.execution.chunk_effective_bytes).
 PIPELINE_UNIT_BYTES = 1 << 20
+# The units a plan may be pipelined by, the default first: colls times a schedule's plan at each (and
+# unpipelined) and writes the fastest (colls.simulate.plans.fastest_slice). A larger unit pays fewer messages'
+# fixed costs (a signal and a wait, on a port channel the proxy's), a smaller one fills a chain of hops sooner;
+# which wins depends on the schedule and the call size. 512 KiB keeps a 4 GiB operand within 8,192 iterations.
+PIPELINE_UNITS = (PIPELINE_UNIT_BYTES, 1 << 19, 2 << 20, 4 << 20)
 
 # Which threads run an op (EK handle*): signal/wait/flush/sem ops and port-channel puts run on threads
 # tid < (number of channels, operands or semaphores); copies, reductions and memory-channel puts are

@@ -174,6 +174,9 @@ class Machine:
         # cuts otherwise (NCCL's tree, colls.simulate.defaults.tree_machine)
         self.chunk_steps: int | None = None      # slots of the connection's buffer a Simple message takes
         self.chunk_rule = None                   # (proto, call bytes, message bytes) -> message bytes
+        # (proto, chunks joined per message, passes per chunk) -> each connection's FIFO in messages, where the
+        # runtime grants room by something else than the message (an MSCCL++ plan's slot holds a whole step)
+        self.fifo_rule = None
         # per protocol, each threadblock's share of a whole block's copy rate (a group of a block's threads,
         # as NCCL's tree runs them: colls.simulate.defaults.tree_machine); None: every block copies whole
         self.tb_scale: dict | None = None
@@ -186,6 +189,13 @@ class Machine:
     def fifo(self, proto: str | None) -> int:
         """Messages a connection holds before its sender waits."""
         return fifo_messages(proto, self.chunk_steps)
+
+    def fifo_caps(self, proto: str | None, mac: int, npass: int) -> list[int]:
+        """Each connection's :meth:`fifo` for a call cut into ``npass`` passes of messages of up to ``mac``
+        chunks."""
+        if self.fifo_rule is not None:
+            return self.fifo_rule(proto, mac, npass)
+        return [self.fifo(proto)] * len(self.conn_key)
 
     def _lay_out(self, heads):
         topology, g, link_index = self.topology, self.topology.graph, self.link_index
@@ -286,7 +296,7 @@ class _Run:
         self.pass_bytes = pass_bytes(chunk, eff)
         self.npass = len(self.pass_bytes)
         self.nfull = sum(1 for b in self.pass_bytes if b == self.pass_bytes[0])
-        self.cap = m.fifo(proto)
+        self.caps = m.fifo_caps(proto, self.mac, self.npass)
         self.step_us = model.step_us
         self.net_us = model.net_step_us
         self.wire = 1.0 / model.data_fraction
@@ -395,7 +405,7 @@ class _Run:
             if snd:
                 outs = m.out_conns[ti]
                 for c2 in outs:
-                    if self.sent[c2] - self.consumed[c2] >= self.cap:
+                    if self.sent[c2] - self.consumed[c2] >= self.caps[c2]:
                         return
                 for c2 in outs:
                     self.sent[c2] += 1

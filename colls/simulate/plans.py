@@ -15,10 +15,10 @@ at hand) with what differs in MSCCL++:
   pass (every step's slice i, then slice i + 1) where the plan runs them step by step (all slices of a
   step, then the next step), which the engine cannot express: the order of one threadblock's work differs,
   the bytes, messages and dependencies (slice i on slice i) do not. Each connection has
-  :data:`colls.mscclpp.SLOTS` = 2 scratch slots, granted by credits: a FIFO of 2 messages
-  (``Machine.chunk_steps`` = 4 of NCCL's 8 steps, :func:`colls.verify.execution.fifo_messages`); pipelined,
-  the plan's credits are per whole message, so 2 slices in flight is fewer than the plan allows (the time
-  errs high).
+  :data:`colls.mscclpp.SLOTS` = 2 scratch slots, granted by credits, one per whole message (a step's
+  operand): unpipelined, a FIFO of 2 messages; pipelined, of 2 whole messages' slices (``Machine.fifo_rule``;
+  a connection whose steps differ in size gets the room of its smallest two, less than the plan allows).
+  Which unit a plan is pipelined by is chosen by this time (:func:`fastest_slice`).
 - **Costs** (:func:`model`): the kernel's fixed cost and a message's (signal and wait) from MSCCL++'s published
   figures; a port channel's proxy delay on every cross-node message; a threadblock's copy rate and the
   host's launch cost from the NCCL executor's figures (MSCCL++ publishes none).
@@ -35,11 +35,12 @@ import math
 from dataclasses import replace
 
 from colls.errors import CollsError
+from colls.mscclpp import SLOTS
 from colls.program import STEP_SEMANTICS, Program
 from colls.runtimes import mscclpp as rt
 from colls.runtimes.costs import DEFAULT_LAUNCH, Model, family_of
-from colls.simulate import Timing, simulate
-from colls.simulate.engine import Machine
+from colls.simulate import Timing, simulate, size_text
+from colls.simulate.engine import Machine, message_count
 
 FIFO_CHUNK_STEPS = 4        # NCCL_STEPS (8) / this = 2 messages in flight per connection: the plan's 2 slots
 
@@ -89,8 +90,60 @@ def machine(program: Program, topology, kind: str, slice_bytes=AUTO) -> Machine:
         return whole if slice_bytes is None or whole <= slice_bytes else slice_bytes
     m.chunk_rule = plan_messages
     m.chunk_steps = FIFO_CHUNK_STEPS
+    # the plan's slots each hold a whole message (a step's operand) and its credits count messages, so a
+    # connection has SLOTS messages in flight, each the engine's messages of its slices; the smallest message
+    # of a connection's steps sets the room (a connection whose steps differ gets less room than the plan has)
+    sends = [[st[3] for st in steps if st[0] and st[3] > 0] for steps in m.steps]
+
+    def plan_fifo(proto, mac, npass):
+        room = []
+        for ti in m.conn_sender:
+            cnts = sends[ti] if ti >= 0 else ()
+            room.append(SLOTS * npass * min((message_count(c, mac) for c in cnts), default=1))
+        return room
+    m.fifo_rule = plan_fifo
     m.plan_slice = slice_bytes
     return m
+
+
+def slices(program: Program, topology, *, inplace: bool = False) -> list[tuple]:
+    """The plans of ``program`` :func:`colls.mscclpp.plan_of` writes, one per pipeline unit of
+    :data:`colls.runtimes.mscclpp.PIPELINE_UNITS` and one unpipelined: (unit or None, plan), the default unit
+    first; a unit whose plan would hold more than 64 ops in a threadblock is left out (the unpipelined plan
+    stands for it). Empty when no plan can be written."""
+    from colls import mscclpp
+    out = []
+    for unit in rt.PIPELINE_UNITS + (None,):
+        try:
+            plan = mscclpp.plan_of(program, topology, name="slice", inplace=inplace, slice_bytes=unit)
+        except CollsError:
+            return []
+        if mscclpp.slice_of(plan) == unit:
+            out.append((unit, plan))
+    return out
+
+
+def fastest_slice(program: Program, topology, sizes, *, inplace: bool = False) -> tuple:
+    """(unit, time): the pipeline unit (None: unpipelined) whose plan of ``program`` simulates fastest at
+    ``sizes`` (the geometric mean of its times, microseconds), the default unit unless another is faster. The
+    time is infinite, and the unit the default, when the plan does not serve every one of ``sizes`` or none can
+    be written."""
+    best = (rt.PIPELINE_UNIT_BYTES, math.inf)
+    for unit, plan in slices(program, topology, inplace=inplace):
+        times = [time_plan(plan, program, topology, s, inplace=inplace) for s in sizes]
+        if not all(t.served for t in times):
+            return best
+        score = math.exp(sum(math.log(t.time_us) for t in times) / len(times))
+        if score < best[1] * (1 - 1e-9):
+            best = (unit, score)
+    return best
+
+
+def unit_words(unit: int | None) -> str:
+    """How a plan's data moves: ``pipelined in 1 MiB slices`` or ``whole steps (not pipelined)``."""
+    if unit is None:
+        return "whole steps (not pipelined)"
+    return f"pipelined in {size_text(unit)} slices"
 
 
 def default_slice(program: Program, topology) -> int | None:

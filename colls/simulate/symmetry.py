@@ -105,6 +105,7 @@ class Quotient:
         self.out_conns = [tuple(sorted({conn_c[c] for c in m.out_conns[ti]})) for ti in rep_tb]
         self.in_conns = [tuple(sorted({conn_c[c] for c in m.in_conns[ti]})) for ti in rep_tb]
         self.conn_key = [m.conn_key[c] for c in rep_conn]
+        self.rep_conn = rep_conn
         self.conn_sender = [tb_c[m.conn_sender[c]] for c in rep_conn]
         self.conn_receiver = [tb_c[m.conn_receiver[c]] for c in rep_conn]
         self.conn_latency = [m.conn_latency[c] for c in rep_conn]
@@ -123,6 +124,11 @@ class Quotient:
 
     def fifo(self, proto) -> int:
         return self.full.fifo(proto)
+
+    def fifo_caps(self, proto, mac: int, npass: int) -> list[int]:
+        # a class's connections send alike steps (the classes refine the senders' step shapes): one cap each
+        full = self.full.fifo_caps(proto, mac, npass)
+        return [full[c] for c in self.rep_conn]
 
     def link_bytes(self, per_class: np.ndarray) -> np.ndarray:
         """Each original link's bytes from its class's."""

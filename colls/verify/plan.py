@@ -957,11 +957,12 @@ class _Execution:
                                 calls=self.calls)
 
 
-def proved_plan(program: Program, topology, *, name: str, inplace: bool, source: str = "<generated>"):
-    """:func:`colls.mscclpp.plan_of`, then :func:`verify_plan` for the plan's call type and every other one
-    the program serves; returns (plan, the call types proved). CollsError naming the limit or the first
-    finding when the plan cannot be written or is not proved."""
-    plan = mscclpp.plan_of(program, topology, name=name, inplace=inplace)
+def proved_plan(program: Program, topology, *, name: str, inplace: bool, source: str = "<generated>",
+                slice_bytes: int | None = mscclpp.rt.PIPELINE_UNIT_BYTES):
+    """:func:`colls.mscclpp.plan_of` (pipelined by ``slice_bytes``), then :func:`verify_plan` for the plan's
+    call type and every other one the program serves; returns (plan, the call types proved). CollsError naming
+    the limit or the first finding when the plan cannot be written or is not proved."""
+    plan = mscclpp.plan_of(program, topology, name=name, inplace=inplace, slice_bytes=slice_bytes)
     modes = {bool(inplace)}
     modes |= {True} if program.inplace else set()
     modes |= {False} if program.outofplace else set()
