@@ -18,6 +18,7 @@ method's default XML file, whose copies and pipeline depth may be more than a pl
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -30,7 +31,7 @@ from colls.errors import CollsError  # noqa: E402
 from colls.compile import milp_settings  # noqa: E402
 from colls.inputs import hardware  # noqa: E402
 from colls.simulate import simulate, size_text  # noqa: E402
-from colls.simulate.plans import time_plan  # noqa: E402
+from colls.simulate.plans import slices, time_plan  # noqa: E402
 from colls.verify.plan import proved_plan  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -44,14 +45,18 @@ TIMED = (1 << 20, 64 << 20, 1 << 30)
 
 def _ratios(plan: dict, program, xml_program, topo, kind: str, target: str) -> dict:
     """Plan time over XML time at each of TIMED, for the same program and for the XML target's default file
-    (None where one of the two is not served at that size)."""
-    out = {"same": [], "default": []}
+    (None where one of the two is not served at that size); *best*: the same program's plan pipelined by the
+    unit fastest at that size (what ``colls compile`` writes for a range of sizes around it)."""
+    out = {"same": [], "default": [], "best": []}
+    others = [p for _, p in slices(program, topo)]
     for size in TIMED:
         t = time_plan(plan, program, topo, size, inplace=False)
-        for key, prog in (("same", program), ("default", xml_program)):
+        fastest = min((time_plan(p, program, topo, size, inplace=False) for p in others),
+                      key=lambda x: x.time_us if x.served else math.inf, default=t)
+        for key, prog, ours in (("same", program, t), ("default", xml_program, t), ("best", program, fastest)):
             x = simulate(prog, topo, kind, size, target=target)[0] if prog is not None else None
-            ok = t.served and x is not None and x.served
-            out[key].append(round(t.time_us / x.time_us, 3) if ok else None)
+            ok = ours.served and x is not None and x.served
+            out[key].append(round(ours.time_us / x.time_us, 3) if ok else None)
     return out
 
 
@@ -115,9 +120,10 @@ def markdown(results: dict) -> str:
               "file's on the XML target's (exe; rccl on MI250). *same*: the program the plan was written from; "
               "*default*: the file `colls synth` writes for the XML target. Below 1: the plan is faster. n/a: one "
               "of the two does not serve that size. In brackets: the unit the plan is pipelined by (the fastest at 16 MB "
-              "and 256 MB, as `colls synth` chooses it), `whole`: not pipelined.", "",
+              "and 256 MB, as `colls synth` chooses it), `whole`: not pipelined. *best*: the same program's plan "
+              "pipelined by the unit fastest at that size, as `colls compile` writes a plan for a range of sizes.", "",
               "| machine | method | " + " | ".join(KINDS) + " |", "|---|---|" + "---|" * len(KINDS)]
-    same, default = [], []
+    same, default, best, above = [], [], [], []
     for key, row in results["cases"].items():
         machine, method = key.rsplit("/", 1)
         cells = []
@@ -129,14 +135,20 @@ def markdown(results: dict) -> str:
             ratios = r["plan_over_xml"]
             same += [v for v in ratios["same"] if v is not None]
             default += [v for v in ratios["default"] if v is not None]
-            text = {k: "/".join("n/a" if v is None else f"{v:.2f}" for v in ratios[k]) for k in ratios}
+            best += [v for v in ratios.get("best", ()) if v is not None]
+            above += [f"{machine} {method} {kind} at {size_text(size)}: same {v:.3f}, best {b:.3f}"
+                      for size, v, b in zip(TIMED, ratios["same"], ratios.get("best", ratios["same"]))
+                      if v is not None and b is not None and max(v, b) > 1]
+            text = {k: "/".join("n/a" if v is None else f"{v:.3f}" for v in ratios[k]) for k in ratios}
             unit = f" ({size_text(r['unit'])})" if r["pipelined"] else " (whole)"
-            cells.append(f"same {text['same']}; default {text['default']}{unit}")
+            cells.append(f"same {text['same']}{unit}; best {text.get('best', 'n/a')}; default {text['default']}")
         lines.append(f"| {machine} | {method} | " + " | ".join(cells) + " |")
     if same:
-        lines += ["", f"Same program: {min(same):.2f} to {max(same):.2f}, {sum(v > 1 for v in same)} of {len(same)} "
-                      f"above 1. Default XML file: {min(default):.2f} to {max(default):.2f}, "
-                      f"{sum(v > 1.05 for v in default)} of {len(default)} above 1.05.", ""]
+        lines += ["", f"Same program: {min(same):.3f} to {max(same):.3f}, {sum(v > 1 for v in same)} of {len(same)} "
+                      f"above 1; with the unit fastest at each size: {min(best):.3f} to {max(best):.3f}, "
+                      f"{sum(v > 1 for v in best)} above 1. Default XML file: {min(default):.2f} to "
+                      f"{max(default):.2f}, {sum(v > 1.05 for v in default)} of {len(default)} above 1.05.", "",
+                  "Same program above 1:", ""] + [f"- {a}" for a in above] + [""]
     return "\n".join(lines + why) + "\n"
 
 
