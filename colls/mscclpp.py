@@ -93,11 +93,17 @@ class _TB:
         self.body: list | None = None
         self.lane = None        # "t0", "all" or "nop" for the last op
         self.dirty = False
+        self.acquiring = False  # a sem_acquire spread over several threads since the last nop
 
     def add(self, op: dict, lane: str) -> None:
+        # an acquire of several semaphores runs on as many threads (execution_kernel.hpp handleSemAcquire:
+        # tid < nDeviceSemaphores): whatever follows it but another acquire waits for all of them at a nop
+        if self.acquiring and op["name"] not in ("sem_acquire", "nop"):
+            self.add({"name": "nop"}, "nop")
         (self.ops if self.body is None else self.body).append(op)
         self.lane = lane
         self.dirty = lane == "all" or (self.dirty and lane != "nop")
+        self.acquiring = (op["name"] == "sem_acquire" and lane == "all") or (self.acquiring and lane != "nop")
 
     def sync(self) -> None:
         if self.lane is not None and self.lane != "nop":

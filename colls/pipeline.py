@@ -227,7 +227,8 @@ def _hint(collective: Collective, tgt: Target, instances: int, steps: int, sms: 
     tries = ["fewer --chunks"] if collective.chunks > 1 else []
     tries += ["fewer --instances"] if instances > 1 else []
     tries += ["fewer --nodes"]
-    if tgt.name != "old" and steps <= old.max_steps * min(old.max_tbs, sms or old.max_tbs):
+    # a plan's proof budget (tbs_why) binds whatever XML target: no other one to suggest
+    if tgt.name != "old" and not tgt.tbs_why and steps <= old.max_steps * min(old.max_tbs, sms or old.max_tbs):
         tries.append("--target old")  # no element limit there, 256 steps per threadblock
     return " or ".join(tries)
 
@@ -264,7 +265,8 @@ def check_rank_limits(collective: Collective, method: str, tgt: Target, instance
                          "--nodes")
     if steps > tgt.max_steps * tgt.max_tbs:       # whatever the GPU: check_limits refines with its SMs
         raise LimitError(f"{method} {collective.kind} on {where}: a rank needs at least {steps} steps, more "
-                         f"than {tgt.max_tbs} threadblocks of {tgt.max_steps} steps hold ({tgt.name}); try "
+                         f"than {tgt.max_tbs} threadblocks of {tgt.max_steps} steps hold "
+                         f"({tgt.name}{', ' + tgt.tbs_why if tgt.tbs_why else ''}); try "
                          f"{_hint(collective, tgt, instances, steps, sms)}")
     if method == "ring" and collective.kind != "alltoall" and n > 1:
         _check_ring_channels(collective, tgt, (options or {}).get("rings"), where,
@@ -318,15 +320,17 @@ def check_limits(topology: Topology, collective: Collective, method: str, tgt: T
     elif method == "ring" and collective.kind == "alltoall":  # every routed pair straight, others relayed
         peers = sum(1 for b in range(1, n) if topology.route(0, b) is not None)
     if peers > limit_tbs:
-        who = (f"--max-threadblocks {tgt.tbs_budget} allows" if tgt.tbs_budget == limit_tbs
-               else f"{tgt.name} on this GPU runs")
+        who = (f"but --max-threadblocks {tgt.tbs_budget} allows at most {limit_tbs} threadblocks per GPU"
+               if tgt.tbs_budget == limit_tbs else f"more than {tgt.tbs_why}" if tgt.tbs_why and limit_tbs == tgt.max_tbs
+               else f"but {tgt.name} on this GPU runs at most {limit_tbs} threadblocks per GPU")
         raise LimitError(f"{method} {collective.kind} on {topology.name}: a rank talks to {peers} peers, "
-                         f"one threadblock each, but {who} at most {limit_tbs} threadblocks per GPU; try "
+                         f"one threadblock each, {who}; try "
                          + ("--method trees" if collective.kind != "alltoall" else "fewer --nodes"))
     if steps > tgt.max_steps * limit_tbs:
         raise LimitError(f"{method} {collective.kind} on {topology.name}: a rank needs at least {steps} "
-                         f"steps, more than {limit_tbs} threadblocks of {tgt.max_steps} steps hold; "
-                         f"try {hint}")
+                         f"steps, more than {limit_tbs} threadblocks of {tgt.max_steps} steps hold"
+                         + (f", {tgt.tbs_why}" if tgt.tbs_why and limit_tbs == tgt.max_tbs else "")
+                         + f"; try {hint}")
 
 
 # the option that sets a method's count of rings or trees, and where its schedule says the count it used

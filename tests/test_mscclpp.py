@@ -460,3 +460,19 @@ def test_plans_take_the_cut_program_only_when_it_is_faster():
         plan = mscclpp.plan_of(made.program, t, name="s")
         return math.prod(time_plan(plan, made.program, t, s).time_us for s in tune.SIZES)
     assert score(chosen) < score(fit) * (1 - tune.COPIES_GAIN) ** len(tune.SIZES)
+
+
+def test_an_acquire_on_several_threads_is_joined_by_a_nop_before_the_next_op():
+    """A run of waits written as one sem_acquire of several semaphores runs on as many threads; the next op
+    (here a thread-0 wait) must follow a nop. 16 x DGX A100's hier allgather plan had a run with no release
+    after it and failed its own proof (plan-thread-sync) until the writer joined the threads."""
+    b = mscclpp._TB()
+    b.add({"name": "sem_acquire", "semaphore_ids": [0, 1]}, "all")
+    b.add({"name": "sem_acquire", "semaphore_ids": [2]}, "t0")
+    b.add({"name": "wait", "channel_ids": [0], "channel_type": "memory"}, "t0")
+    b.add({"name": "wait", "channel_ids": [1], "channel_type": "memory"}, "t0")
+    assert [op["name"] for op in b.ops] == ["sem_acquire", "sem_acquire", "nop", "wait", "wait"]
+    one = mscclpp._TB()
+    one.add({"name": "sem_acquire", "semaphore_ids": [0]}, "t0")
+    one.add({"name": "wait", "channel_ids": [0], "channel_type": "memory"}, "t0")
+    assert [op["name"] for op in one.ops] == ["sem_acquire", "wait"]      # one thread: nothing to join

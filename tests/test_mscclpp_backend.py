@@ -259,3 +259,16 @@ def test_a_plan_too_large_to_prove_is_refused_naming_the_reason():
     topo = hardware.load_topology("dgx-a100", nodes=16)
     with pytest.raises(LimitError, match="more than the 24 a plan of 128 GPUs may hold"):
         tune.compile_for_plans(topo, Collective("allreduce", topo.ngpus), "ring", in_memory=True, prove=False)
+
+
+def test_refusals_for_plans_name_the_proof_budget_not_the_xml_target(tmp_path):
+    """Programs for plans are first lowered as for the MSCCL executor within the plan's proof budget; a refusal
+    before any lowering says that budget binds (not "exe runs at most"), and suggests no XML target."""
+    out = tmp_path / "p.json"
+    for nodes, method, words in ((16, "direct", "more than the 24 a plan of 128 GPUs may hold"),
+                                 (128, "ring", "the 3 a plan of 1024 GPUs may hold")):
+        rc, o, err = run("synth", "--hardware", "dgx-a100", "--nodes", str(nodes), "--collective", "allgather",
+                         "--method", method, "--target", "mscclpp", "-o", str(out))
+        assert_bad_input(rc, o, err, words)
+        assert "on this GPU runs" not in err and "--target old" not in err
+        assert not out.exists()
