@@ -481,6 +481,7 @@ def _compile_method(topology, collective, method, target, instances, proto, min_
     from colls.synth import trees
     candidates = trees.k_candidates(topology, collective)
     refused = []
+    fit = "an MSCCL++ plan" if tgt.tbs_why else tgt.name     # a plan's program: lowered as exe, within its budget
     for k in candidates:
         # synthesize(trees_per_gpu=k) makes what synthesize() made when that chose k itself
         again = planned if planned is not None and planned.info.get("k") == k else None
@@ -492,11 +493,11 @@ def _compile_method(topology, collective, method, target, instances, proto, min_
             continue
         result.facts["trees_per_gpu_tried"] = [k for k, _ in refused] + [k]
         if refused:
-            result.facts["limited_by"] = (f"{refused[0][0]} trees per GPU would not fit {tgt.name}: "
+            result.facts["limited_by"] = (f"{refused[0][0]} trees per GPU would not fit {fit}: "
                                           f"{refused[0][1]}")
         return result
     raise LimitError(f"trees {collective.kind} on {topology.name}: no number of trees per GPU fits "
-                     f"{tgt.name} (tried {', '.join(str(k) for k, _ in refused)}): {refused[-1][1]}")
+                     f"{fit} (tried {', '.join(str(k) for k, _ in refused)}): {refused[-1][1]}")
 
 
 def _method_options(topology, collective, method, target, instances, options, mode: str = "both"
