@@ -145,6 +145,14 @@ def _lower_all(schedule: Schedule, target: Target, options: LowerOptions, sym: t
         sym = sym + (_images(all_ops, schedule.collective, *sym),)
     nsteps = max(1, schedule.nsteps)
     limit_tbs = min(target.max_tbs, options.sms) if options.sms else target.max_tbs
+    # whatever the layout, a rank holds a threadblock per peer it sends to or receives from, whichever are more
+    # (all on one channel; channels, segments and lanes only add): too many, and no segmenting can help
+    try:
+        _check_tbs(schedule, max(fewest_threadblocks(channel_peers(all_ops, lambda op: 0)).values(), default=0),
+                   limit_tbs, options, target)
+    except LimitError as e:
+        e.any_layout = True     # the same peers in any layout: a caller trying other layouts may stop here
+        raise
     last_error = None
     # a method that knows its segments (rings) says where to start; fewer would not fit anyway. Nor would
     # fewer than a lane's busiest connection needs: its ops stay on one channel per segment, and nseg

@@ -580,7 +580,8 @@ def _compile_hier(topology, collective, tgt, options, settings) -> Compiled:
         try:
             result = _compile_once(topology, collective, "hier", tgt, dict(options, unit=unit), **settings)
         except LimitError as e:
-            if "threadblocks per GPU" not in str(e) or 2 * unit >= tgt.max_cnt:
+            # more chunks per rail op only shorten the threadblocks; their peers stay (lower: any_layout)
+            if "threadblocks per GPU" not in str(e) or 2 * unit >= tgt.max_cnt or getattr(e, "any_layout", False):
                 raise
             refused.append((unit, str(e)))
             unit *= 2

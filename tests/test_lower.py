@@ -366,3 +366,18 @@ def test_threadblocks_beyond_sms_pack_a_peers_sends_and_receives():
         both = [tb for tb in g.tbs if tb.send == tb.recv >= 0]
         assert len(both) == 3
         assert all(len(tb.steps) == 2 for tb in both)
+
+
+def test_more_peers_than_threadblocks_is_refused_before_any_layout():
+    """A rank holds a threadblock per peer it sends to or receives from, whichever are more, however its ops
+    are laid out on channels: a direct allgather on one DGX A100 (7 peers) within 4 threadblocks is refused at
+    once, marked so that a caller trying other layouts (hier's chunks per rail op) stops."""
+    from colls.errors import LimitError
+    from colls.inputs import hardware
+    from colls.synth import direct
+    topo = hardware.load_topology("dgx-a100")
+    schedule = direct.synthesize(topo, Collective("allgather", topo.ngpus))
+    with pytest.raises(LimitError, match="needs 7 threadblocks per GPU") as e:
+        lower(schedule, replace(TARGETS["exe"], max_tbs=4))
+    assert e.value.any_layout
+    assert 7 <= lower(schedule, TARGETS["exe"]).max_tbs()
