@@ -96,7 +96,7 @@ class Method:
     """One method's variants for one collective (or why it made none)."""
 
     name: str
-    variants: list = field(default_factory=list)     # Compiled, Simple, one per copy count
+    variants: list = field(default_factory=list)     # Compiled, Simple, one per copy count (plans: and unit)
     refused: str | None = None
     timings: list = field(default_factory=list)      # Timing or None per size (not served: out of reach)
 
