@@ -184,6 +184,16 @@ class _OverBudget(Exception):
         self.over = over
 
 
+def with_unit(plan: dict, unit: int) -> dict:
+    """``plan`` (pipelined) with every pipeline's ``unit_size`` set to ``unit``: what :func:`plan_of` writes with
+    ``slice_bytes=unit``, as the unit decides nothing else (which steps run in a pipeline, the ops around them)."""
+    def ops(seq):
+        return [dict(op, iter_context=dict(op["iter_context"], unit_size=unit), ops=ops(op["ops"]))
+                if op["name"] == "pipeline" else op for op in seq]
+    return dict(plan, gpus=[dict(g, threadblocks=[dict(tb, ops=ops(tb["ops"])) for tb in g["threadblocks"]])
+                            for g in plan["gpus"]])
+
+
 def slice_of(plan: dict) -> int | None:
     """The slice a plan :func:`plan_of` wrote pipelines by (its pipelines' unit_size), or None."""
     for g in plan["gpus"]:

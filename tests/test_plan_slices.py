@@ -73,3 +73,12 @@ def test_synth_writes_the_plan_with_the_unit_it_chose():
     unit = made.facts["plan_slice"]
     assert unit in rt.PIPELINE_UNITS + (None,)
     assert plans.fastest_slice(made.program, t, tune.SIZES)[0] == unit
+
+
+def test_a_unit_changes_nothing_in_a_plan_but_itself(direct_allreduce):
+    """slices writes the plan once and sets each other unit (mscclpp.with_unit): the same as writing it."""
+    t, program = direct_allreduce
+    one = mscclpp.plan_of(program, t, name="p", slice_bytes=rt.PIPELINE_UNIT_BYTES)
+    for unit in rt.PIPELINE_UNITS:
+        assert mscclpp.dumps(mscclpp.with_unit(one, unit)) == \
+            mscclpp.dumps(mscclpp.plan_of(program, t, name="p", slice_bytes=unit))

@@ -113,13 +113,14 @@ def slices(program: Program, topology, *, inplace: bool = False) -> list[tuple]:
     stands for it). Empty when no plan can be written."""
     from colls import mscclpp
     out = []
-    for unit in rt.PIPELINE_UNITS + (None,):
-        try:
-            plan = mscclpp.plan_of(program, topology, name="slice", inplace=inplace, slice_bytes=unit)
-        except CollsError:
-            return []
-        if mscclpp.slice_of(plan) == unit:
-            out.append((unit, plan))
+    try:
+        first = mscclpp.plan_of(program, topology, name="slice", inplace=inplace)
+        if mscclpp.slice_of(first) is not None:        # the unit changes nothing but itself (with_unit)
+            out = [(unit, mscclpp.with_unit(first, unit)) for unit in rt.PIPELINE_UNITS]
+        out.append((None, first if not out else
+                    mscclpp.plan_of(program, topology, name="slice", inplace=inplace, slice_bytes=None)))
+    except CollsError:
+        return []
     return out
 
 
