@@ -99,6 +99,8 @@ def test_simulate_times_a_plan_against_its_xml(synth_plan):
     data = json.loads(out)
     sizes = data["results"][0]["sizes"]
     assert all(s["served"] for s in sizes) and "MSCCL++ executor" in data["model"]
+    # the unit the plan is pipelined by, as the plan says it
+    assert data["results"][0]["pipeline_unit_bytes"] == mscclpp.slice_of(mscclpp.load(a.read_text(), str(a)))
     topo = hardware.load_topology("dgx-a100")
     prog = pipeline.compile_schedule(topo, Collective("allgather", 8), "direct").program
     xml = {s: simulate(prog, topo, "allgather", s)[0].time_us for s in (1 << 20, 64 << 20)}

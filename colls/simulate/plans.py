@@ -249,11 +249,12 @@ def run_files(texts, topology, sizes, *, inplace: bool = False, baseline: str | 
                    for s in sizes]
         head = (f"{path}: MSCCL++ plan {plan['name']}, {kind} on {topology.name} ({topology.ngpus} GPUs), "
                 f"{'in-place' if plan['inplace'] else 'out-of-place'} plan, {'in-place' if inplace else 'out-of-place'} "
-                f"calls")
+                f"calls, {unit_words(mscclpp.slice_of(plan))}")
         if b is not None:
             head += f"; optimum {float(b.algbw):.1f} GB/s algbw, binding cut: {b.cut_words}"
         lines += [head, rep.table(timings), ""]
         results.append({"label": path, "collective": kind, "plan": plan["name"], "target": "mscclpp",
+                        "pipeline_unit_bytes": mscclpp.slice_of(plan),
                         "bound": b.to_dict() if b is not None else None, "sizes": [t.to_dict() for t in timings]})
     if baseline:
         from colls.simulate.baseline import RuntimeDefault, algorithm_of
