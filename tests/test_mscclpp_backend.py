@@ -119,7 +119,7 @@ def test_pipelined_plans_are_as_fast_as_the_xml(method, kind):
     prog = pipeline.compile_schedule(topo, Collective(kind, 8), method).program
     plan = mscclpp.plan_of(prog, topo, name="p", inplace=False)
     assert mscclpp.slice_of(plan) == rt.PIPELINE_UNIT_BYTES
-    mach = plans.machine(prog, topo, kind)
+    mach = plans.machine(prog, topo, kind, mscclpp.slice_of(plan))
     assert mach.plan_slice == rt.PIPELINE_UNIT_BYTES
     # the cost model's message is the slice once a step is larger than one, the whole step below
     assert mach.message_bytes("Simple", 1 << 30) == rt.PIPELINE_UNIT_BYTES

@@ -35,7 +35,7 @@ import math
 from dataclasses import replace
 
 from colls.errors import CollsError
-from colls.mscclpp import SLOTS
+from colls import mscclpp
 from colls.program import STEP_SEMANTICS, Program
 from colls.runtimes import mscclpp as rt
 from colls.runtimes.costs import DEFAULT_LAUNCH, Model, family_of
@@ -67,16 +67,10 @@ def basis(program: Program) -> int:
     return g.o_chunks if program.coll == "allgather" else g.i_chunks
 
 
-AUTO = "auto"
-
-
-def machine(program: Program, topology, kind: str, slice_bytes=AUTO) -> Machine:
+def machine(program: Program, topology, kind: str, slice_bytes: int | None) -> Machine:
     """The Program laid out for the engine, cut into messages as the MSCCL++ executor runs its plan.
 
-    ``slice_bytes``: the plan's pipeline unit (:func:`colls.mscclpp.slice_of`), None for an unpipelined plan;
-    by default the one :func:`colls.mscclpp.plan_of` writes for ``program``."""
-    if slice_bytes == AUTO:
-        slice_bytes = default_slice(program, topology)
+    ``slice_bytes``: the plan's pipeline unit (:func:`colls.mscclpp.slice_of`), None for an unpipelined plan."""
     m = Machine(_simple(program), topology, kind)
     ncpl = basis(program) or 1
     most = max((max(int(st.cnt or 0), 1) for g in program.gpus for tb in g.tbs for st in tb.steps
@@ -99,7 +93,7 @@ def machine(program: Program, topology, kind: str, slice_bytes=AUTO) -> Machine:
         room = []
         for ti in m.conn_sender:
             cnts = sends[ti] if ti >= 0 else ()
-            room.append(SLOTS * npass * min((message_count(c, mac) for c in cnts), default=1))
+            room.append(mscclpp.SLOTS * npass * min((message_count(c, mac) for c in cnts), default=1))
         return room
     m.fifo_rule = plan_fifo
     m.plan_slice = slice_bytes
@@ -111,7 +105,6 @@ def slices(program: Program, topology, *, inplace: bool = False) -> list[tuple]:
     :data:`colls.runtimes.mscclpp.PIPELINE_UNITS` and one unpipelined: (unit or None, plan), the default unit
     first; a unit whose plan would hold more than 64 ops in a threadblock is left out (the unpipelined plan
     stands for it). Empty when no plan can be written."""
-    from colls import mscclpp
     out = []
     try:
         first = mscclpp.plan_of(program, topology, name="slice", inplace=inplace)
@@ -145,16 +138,6 @@ def unit_words(unit: int | None) -> str:
     if unit is None:
         return "whole steps (not pipelined)"
     return f"pipelined in {size_text(unit)} slices"
-
-
-def default_slice(program: Program, topology) -> int | None:
-    """The pipeline unit of the plan :func:`colls.mscclpp.plan_of` writes for ``program`` (None: unpipelined, or
-    no plan)."""
-    from colls import mscclpp
-    try:
-        return mscclpp.slice_of(mscclpp.plan_of(program, topology, name="timing"))
-    except CollsError:
-        return None
 
 
 def _simple(program: Program) -> Program:
@@ -198,9 +181,8 @@ def time_plan(plan: dict, program: Program, topology, size: int, *, inplace: boo
     if reason:
         return Timing(size, False, reason)
     kind = plan["collective"]
-    from colls.mscclpp import slice_of
-    cut = slice_of(plan)
-    if mach is None or getattr(mach, "plan_slice", AUTO) != cut:
+    cut = mscclpp.slice_of(plan)
+    if mach is None or not hasattr(mach, "plan_slice") or mach.plan_slice != cut:
         mach = machine(program, topology, kind, cut)
     try:
         timing, _ = simulate(mach.program, topology, kind, size, model=model(topology, launch), bound=bound,
@@ -218,7 +200,6 @@ def run_files(texts, topology, sizes, *, inplace: bool = False, baseline: str | 
     of another shape is refused) and timed per size; with ``baseline``, NCCL's own algorithms beside it (what
     the NCCL API shim falls back to). Returns the text and the JSON."""
     from colls import bound as bounds
-    from colls import mscclpp
     from colls.simulate import report as rep
     from colls.verify.plan import verify_plan
     entries = []
