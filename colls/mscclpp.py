@@ -41,6 +41,9 @@ Mapping (one plan threadblock per XML threadblock, same ids):
 - Threads: waits, signals, semaphore ops and port puts run on thread 0; copies, reductions and memory puts
   on all threads. A ``nop`` (__syncthreads) separates them where one must see the other's effect, as
   MSCCL++'s own generator does.
+- Packets (``protocol="LL"``, :func:`_packet_plan`): every message moves as LL packets, which carry the call's
+  flag, into a place of its own in the receiver's scratch; no slots, credits, signals or waits, never
+  pipelined, both halves of a double scratch (one per call). Dependencies are the same semaphores.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ def _remote(ref: int, index: int, size: int) -> dict:
 
 class _Conn:
     __slots__ = ("src", "dst", "chan", "sender", "receiver", "ctype", "messages", "slot", "slots",
-                 "base", "stage", "src_index", "dst_index")
+                 "base", "stage", "src_index", "dst_index", "at", "staged")
 
     def __init__(self, src, dst, chan):
         self.src, self.dst, self.chan = src, dst, chan
@@ -82,6 +85,8 @@ class _Conn:
         self.slot = self.slots = self.base = 0
         self.stage = None                       # sender-side staging base (port connections forwarding sums)
         self.src_index = self.dst_index = 0     # channel index on the sender's / receiver's GPU
+        self.at: list[int] = []                 # packet plans: each message's packets in the receiver's scratch
+        self.staged: list[int] = []             # ... and, across nodes, in the sender's (what the proxy puts)
 
 
 class _TB:
@@ -127,15 +132,24 @@ class _TB:
 
 
 def plan_of(program: Program, topology, *, name: str, inplace: bool | None = None, slots: int = SLOTS,
-            slice_bytes: int | None = rt.PIPELINE_UNIT_BYTES) -> dict:
+            slice_bytes: int | None = rt.PIPELINE_UNIT_BYTES, protocol: str = "Simple") -> dict:
     """The MSCCL++ plan of ``program`` for ``topology`` (which GPUs share a node), named ``name``.
 
     ``inplace``: the call type the plan is selected for (default: out-of-place when the program serves it).
     ``slice_bytes``: pipeline each step's data movement in slices of this many bytes (None: one message per
     step); a plan whose pipelined form has more than 64 ops in a threadblock is written unpipelined.
+    ``protocol``: "Simple", or "LL" for a packet plan (:func:`_packet_plan`; never pipelined, ``slots`` and
+    ``slice_bytes`` unused).
     Raises CollsError (naming the limit) when the program cannot be written: a collective or reduction the
     runtime cannot run, more than 64 ops in a threadblock, offsets beyond uint32, or no message size fits.
     """
+    if protocol == "LL":
+        try:
+            return _packet_plan(program, topology, name, inplace)
+        except _OverBudget as e:
+            raise CollsError(str(e), key="ops") from None
+    if protocol != "Simple":
+        raise CollsError(f"protocol {protocol!r}: MSCCL++ plans run Simple or LL (execution_plan.cc)", key="protocol")
     if slice_bytes is not None and (slice_bytes <= 0 or slice_bytes % rt.PIPELINE_UNIT_ALIGNMENT):
         raise CollsError(f"a pipeline slice of {slice_bytes} bytes: it must be a positive multiple of "
                          f"{rt.PIPELINE_UNIT_ALIGNMENT} (execution_kernel.hpp handleReduceSend reads int4 "
@@ -205,38 +219,9 @@ def slice_of(plan: dict) -> int | None:
 
 
 def _plan(program: Program, topology, name, inplace, slots: int, slice_bytes: int | None) -> dict:
-    kind = program.coll
-    if kind not in SUPPORTED:
-        raise CollsError(f"MSCCL++ plans are written for {', '.join(SUPPORTED)}, not {kind!r}", key="coll")
-    redop = program.extra.get("redop")
-    if redop not in (None, "sum"):
-        raise CollsError(f"reduction {redop!r}: MSCCL++ ignores reduce_op and always sums "
-                         "(execution_kernel.hpp OpType = SUM)", key="redop")
-    if not name:
-        raise CollsError("a plan needs a name (the executor caches plans by name)", key="name")
-    if inplace is None:
-        inplace = not program.outofplace
-    ngpus = len(program.gpus)
-    if [g.id for g in program.gpus] != list(range(ngpus)):
-        raise CollsError("gpu ids must be 0..n-1 in order", key="gpu")
-
+    kind, inplace = _checked(program, name, inplace)
     conns = _connections(program, topology)
-    by_pair: dict = {}
-    for c in conns.values():
-        by_pair.setdefault(frozenset((c.src, c.dst)), []).append(c)
-    # channel lists: per GPU, per type, peers in order; the connections of one pair in canonical order
-    channels = {g.id: {"memory": [], "port": []} for g in program.gpus}
-    for gid in range(ngpus):
-        for peer in range(ngpus):
-            for c in sorted(by_pair.get(frozenset((gid, peer)), ()), key=lambda c: (c.src, c.dst, c.chan)):
-                if peer == gid:
-                    continue
-                lst = channels[gid][c.ctype]
-                if c.src == gid:
-                    c.src_index = len(lst)
-                else:
-                    c.dst_index = len(lst)
-                lst.append(peer)
+    channels = _channel_lists(program, conns)
 
     # scratch: the program's own chunks first, then the slots of each incoming connection, then staging
     scratch = {g.id: g.s_chunks or 0 for g in program.gpus}
@@ -260,7 +245,14 @@ def _plan(program: Program, topology, name, inplace, slots: int, slice_bytes: in
     if first is not None:
         raise _OverBudget(str(first), over)
 
-    chunk_max, basis = _chunk_limit(program, kind, scratch)
+    return _top(program, name, inplace, gpus, scratch, "Simple")
+
+
+def _top(program: Program, name: str, inplace: bool, gpus: list, scratch: dict, protocol: str,
+         offsets: dict | None = None) -> dict:
+    """The plan around its GPUs: the message sizes its offsets allow (``offsets``: the largest offset in
+    chunks per GPU, its scratch chunks when None) within the program's own range."""
+    chunk_max, basis = _chunk_limit(program, program.coll, offsets or scratch)
     max_size = chunk_max * basis
     if program.max_bytes:
         max_size = min(max_size, program.max_bytes)
@@ -270,11 +262,50 @@ def _plan(program: Program, topology, name, inplace, slots: int, slice_bytes: in
                          "execution_common.hpp) and the sizes asked are "
                          f"[{min_size}, {program.max_bytes or 'any'}]", key="max_message_size")
     return {
-        "name": name, "collective": kind, "protocol": "Simple", "inplace": bool(inplace),
+        "name": name, "collective": program.coll, "protocol": protocol, "inplace": bool(inplace),
         "reuse_resources": False, "gpus": gpus, "num_threads_per_block": rt.MAX_THREADS_PER_BLOCK,
-        "use_double_scratch_buffer": False, "buffer_alignment": rt.BUFFER_ALIGNMENT,
+        "use_double_scratch_buffer": protocol == "LL", "buffer_alignment": rt.BUFFER_ALIGNMENT,
         "min_message_size": min_size, "max_message_size": max_size,
     }
+
+
+def _checked(program: Program, name, inplace) -> tuple[str, bool]:
+    """What every plan needs of its program (a collective and reduction MSCCL++ runs, a name, GPU ids in
+    order): (the collective, the call type the plan is selected for)."""
+    kind = program.coll
+    if kind not in SUPPORTED:
+        raise CollsError(f"MSCCL++ plans are written for {', '.join(SUPPORTED)}, not {kind!r}", key="coll")
+    redop = program.extra.get("redop")
+    if redop not in (None, "sum"):
+        raise CollsError(f"reduction {redop!r}: MSCCL++ ignores reduce_op and always sums "
+                         "(execution_kernel.hpp OpType = SUM)", key="redop")
+    if not name:
+        raise CollsError("a plan needs a name (the executor caches plans by name)", key="name")
+    if [g.id for g in program.gpus] != list(range(len(program.gpus))):
+        raise CollsError("gpu ids must be 0..n-1 in order", key="gpu")
+    return kind, (not program.outofplace) if inplace is None else inplace
+
+
+def _channel_lists(program: Program, conns: dict) -> dict:
+    """Per GPU, per channel type, the peer of each channel in order; the connections of one pair of GPUs in
+    one canonical order on both sides (sets each connection's channel index on its sender and receiver)."""
+    ngpus = len(program.gpus)
+    by_pair: dict = {}
+    for c in conns.values():
+        by_pair.setdefault(frozenset((c.src, c.dst)), []).append(c)
+    channels = {g.id: {"memory": [], "port": []} for g in program.gpus}
+    for gid in range(ngpus):
+        for peer in range(ngpus):
+            for c in sorted(by_pair.get(frozenset((gid, peer)), ()), key=lambda c: (c.src, c.dst, c.chan)):
+                if peer == gid:
+                    continue
+                lst = channels[gid][c.ctype]
+                if c.src == gid:
+                    c.src_index = len(lst)
+                else:
+                    c.dst_index = len(lst)
+                lst.append(peer)
+    return channels
 
 
 def _chunk_limit(program: Program, kind: str, scratch: dict) -> tuple[int, int]:
@@ -331,7 +362,10 @@ def _sliced(st: Step, slice_bytes: int | None) -> bool:
     return not (st.type == "cpy" and (st.srcbuf, st.srcoff) == (st.dstbuf, st.dstoff))
 
 
-def _gpu_plan(program: Program, g, conns: dict, chans: dict, scratch_chunks: int, slice_bytes) -> dict:
+def _gpu_plan(program: Program, g, conns: dict, chans: dict, scratch_chunks: int, slice_bytes,
+              staging: dict | None = None) -> dict:
+    """One GPU's part of the plan; ``staging`` (packet plans: each threadblock's raw staging chunk in scratch,
+    or None) writes its threadblocks with packets (:func:`_packet_tb`)."""
     gid = g.id
     # remote buffers: the scratch of every peer this GPU puts into, by channel type, peers in order
     remote = sorted({(c.dst, c.ctype) for c in conns.values() if c.src == gid})
@@ -356,7 +390,10 @@ def _gpu_plan(program: Program, g, conns: dict, chans: dict, scratch_chunks: int
             per_slice.add(sem_of[d])
     tbs = []
     for tb in sorted(g.tbs, key=lambda t: t.id):
-        tbs.append(_tb_plan(g, tb, conns, remote_id, sem_of, releases, slice_bytes, per_slice))
+        if staging is not None:
+            tbs.append(_packet_tb(g, tb, conns, remote_id, sem_of, releases, staging.get(tb.id)))
+        else:
+            tbs.append(_tb_plan(g, tb, conns, remote_id, sem_of, releases, slice_bytes, per_slice))
     over = [(t["id"], op_count(t["ops"])) for t in tbs if op_count(t["ops"]) > rt.MAX_OPERATIONS]
     if over:
         raise _OverBudget(f"gpu {gid} threadblock {over[0][0]} needs {over[0][1]} ops; MSCCL++ runs at most "
@@ -372,38 +409,13 @@ def _gpu_plan(program: Program, g, conns: dict, chans: dict, scratch_chunks: int
 
 
 def _tb_plan(g, tb, conns: dict, remote_id: dict, sem_of: dict, releases: dict, slice_bytes, per_slice) -> dict:
-    gid = g.id
-    cin = conns.get((tb.recv, gid, tb.chan)) if tb.recv is not None and tb.recv >= 0 else None
-    cout = conns.get((gid, tb.send, tb.chan)) if tb.send is not None and tb.send >= 0 else None
-    # this threadblock's channels per type (incoming first), and its remote buffer refs
-    tb_chans: dict = {}
-    index = {}
-    for c, gpu_index, role in ((cin, cin.dst_index if cin else 0, "in"), (cout, cout.src_index if cout else 0, "out")):
-        if c is None:
-            continue
-        lst = tb_chans.setdefault(c.ctype, [])
-        index[role] = len(lst)
-        lst.append(gpu_index)
-    refs: dict = {}
-    if cout is not None:
-        refs[cout.ctype] = [remote_id[(cout.dst, cout.ctype)]]
+    cin, cout, index, tb_chans, refs = _ends(g, tb, conns, remote_id)
     b = _TB()
     if cin is not None:
         for _ in range(cin.slots):           # grant every slot for this call
             b.add({"name": "signal", "channel_ids": [index["in"]], "channel_type": cin.ctype}, "t0")
     k_in = k_out = 0
-    runs = _acquire_runs(tb, sem_of, releases)
-    in_run = {k + i for k, ids in runs.items() for i in range(1, len(ids))}     # written with the run's first
-    for k, st in enumerate(tb.steps):
-        if k in runs:                                   # a run of nops that only wait: their acquires at once
-            ids = runs[k]
-            b.sync()
-            for at in _spread(len(ids)):
-                b.add({"name": "sem_acquire", "semaphore_ids": ids[at[0]:at[1]]}, "all")
-            _release(b, releases.get((tb.id, k + len(ids) - 1)) or [])
-            continue
-        if k in in_run:
-            continue
+    for k, st in _one_by_one(b, tb, sem_of, releases):
         sends, receives, reads, writes, _ = STEP_SEMANTICS[st.type]
         cnt = st.cnt
         piped = _sliced(st, slice_bytes)
@@ -432,13 +444,8 @@ def _tb_plan(g, tb, conns: dict, remote_id: dict, sem_of: dict, releases: dict, 
         dst = _local(st.dstbuf, st.dstoff, cnt) if writes else None
         signals = []
         typ = st.type
-        if typ == "cpy":
-            if src != dst:
-                b.sync()
-                b.add({"name": "copy", "src_buff": [src], "dst_buff": [dst]}, "all")
-        elif typ == "re":
-            b.sync()
-            b.add({"name": "re", "src_buff": [dst, src], "dst_buff": [dst], "reduce_op": "sum"}, "all")
+        if typ in ("cpy", "re"):
+            _local_step(b, typ, src, dst)
         elif typ != "nop":
             memory_out = sends and cout.ctype == "memory"
             stage = _local("s", cout.stage + (k_out % cout.slots) * cout.slot, cnt) if sends and not memory_out \
@@ -494,12 +501,174 @@ def _tb_plan(g, tb, conns: dict, remote_id: dict, sem_of: dict, releases: dict, 
         else:
             _signal(b, signals + credits)
             _release(b, ids)
+    return _tb_dict(tb, b, tb_chans, refs)
+
+
+def _ends(g, tb, conns: dict, remote_id: dict) -> tuple:
+    """A threadblock's incoming and outgoing connections, their indices among its channels, its channels per
+    type (incoming first) and its remote buffer refs."""
+    gid = g.id
+    cin = conns.get((tb.recv, gid, tb.chan)) if tb.recv is not None and tb.recv >= 0 else None
+    cout = conns.get((gid, tb.send, tb.chan)) if tb.send is not None and tb.send >= 0 else None
+    tb_chans: dict = {}
+    index = {}
+    for c, gpu_index, role in ((cin, cin.dst_index if cin else 0, "in"), (cout, cout.src_index if cout else 0, "out")):
+        if c is None:
+            continue
+        lst = tb_chans.setdefault(c.ctype, [])
+        index[role] = len(lst)
+        lst.append(gpu_index)
+    refs: dict = {}
+    if cout is not None:
+        refs[cout.ctype] = [remote_id[(cout.dst, cout.ctype)]]
+    return cin, cout, index, tb_chans, refs
+
+
+def _tb_dict(tb, b: _TB, tb_chans: dict, refs: dict) -> dict:
     return {
         "id": tb.id, "ops": b.ops,
         "channels": [{"channel_type": ct, "channel_ids": tb_chans[ct]} for ct in ("memory", "port") if ct in tb_chans],
         "remote_buffer_refs": [{"access_channel_type": ct, "remote_buffer_ids": refs[ct]}
                                for ct in ("memory", "port") if ct in refs],
     }
+
+
+# --------------------------------------------------------------------------------------------------
+# packets: the LL protocol
+# --------------------------------------------------------------------------------------------------
+# A packet plan (protocol "LL") moves every message as LL packets (colls.runtimes.mscclpp PACKET_*): the
+# sender writes data and the call's flag together, the receiver's packet op polls each packet's flag, so there
+# is no signal, wait or credit. Each message of a call has packets of its own in the receiver's scratch (a
+# region is written once a call); consecutive calls use the two halves of a double scratch, and a later call
+# reuses a half only once every rank has started the call between (colls.verify.plan checks the plan gives
+# that order). The scratch holds the program's own raw chunks first, then the packets (packet index p is at
+# byte 2 p chunk: the kernel doubles packet offsets), then each threadblock's raw staging.
+
+def _packet_plan(program: Program, topology, name, inplace) -> dict:
+    kind, inplace = _checked(program, name, inplace)
+    conns = _connections(program, topology)
+    channels = _channel_lists(program, conns)
+    own = {g.id: g.s_chunks or 0 for g in program.gpus}
+    packets = {gid: -(-n // 2) for gid, n in own.items()}   # packet index p starts at byte 2 p chunk >= raw's end
+    for c in sorted(conns.values(), key=lambda c: (c.dst, c.src, c.chan)):
+        c.at = []
+        for cnt in c.messages:
+            c.at.append(packets[c.dst])
+            packets[c.dst] += cnt
+    for c in sorted(conns.values(), key=lambda c: (c.src, c.dst, c.chan)):
+        c.staged = []
+        if c.ctype == "port":
+            for cnt in c.messages:
+                c.staged.append(packets[c.src])
+                packets[c.src] += cnt
+    # each threadblock's raw staging past the packets (a raw chunk at or beyond twice the first packet index is
+    # staging, one below it the program's own: program_of tells them apart so)
+    staging: dict = {}
+    ends = {}
+    for g in program.gpus:
+        staging[g.id] = {}
+        end = 2 * packets[g.id]
+        for tb in sorted(g.tbs, key=lambda t: t.id):
+            need = max((st.cnt for st in tb.steps if st.type == "rrs"), default=0)
+            if need:
+                staging[g.id][tb.id] = end
+                end += need
+        ends[g.id] = -(-end // 2)
+    # every rank's scratch the same size: a sender writes into the peer's half at its own half's offset
+    # (execution_kernel.hpp adds the sender's scratchOffset_ to the remote address)
+    chunks = max(ends.values())
+    scratch = {g.id: chunks for g in program.gpus}
+    gpus = [_gpu_plan(program, g, conns, channels[g.id], chunks, None, staging[g.id]) for g in program.gpus]
+    return _top(program, name, inplace, gpus, scratch, "LL", offsets={gid: 2 * n for gid, n in scratch.items()})
+
+
+def _packet_tb(g, tb, conns: dict, remote_id: dict, sem_of: dict, releases: dict, stage_raw: int | None) -> dict:
+    """One threadblock of a packet plan, step for step as the XML runs it: a send puts packets (``ppkt``; across
+    nodes the data is packed into the sender's scratch and the proxy puts the packets, ``cpkt`` + ``rppkt``), a
+    receive unpacks them (``upkt``), reduces with them (``repkt``) or forwards them (``rppkt``, ``respkt``)."""
+    cin, cout, index, tb_chans, refs = _ends(g, tb, conns, remote_id)
+    b = _TB()
+    k_in = k_out = 0
+    for k, st in _one_by_one(b, tb, sem_of, releases):
+        sends, receives, reads, writes, _ = STEP_SEMANTICS[st.type]
+        cnt, typ = st.cnt, st.type
+        if st.depid is not None and st.depid >= 0:
+            b.add({"name": "sem_acquire", "semaphore_ids": [sem_of[(st.depid, st.deps, tb.id, k)]]}, "t0")
+        src = _local(st.srcbuf, st.srcoff, cnt) if reads else None
+        dst = _local(st.dstbuf, st.dstoff, cnt) if writes else None
+        got = _local("s", cin.at[k_in], cnt) if receives else None
+        remote = _remote(0, cout.at[k_out], cnt) if sends else None
+        port = sends and cout.ctype == "port"
+        staged = _local("s", cout.staged[k_out], cnt) if port else None
+        keep = _local("s", stage_raw, cnt) if typ == "rrs" else dst
+
+        def forward(packed):                # packets already in this GPU's scratch, on to the peer
+            op = {"name": "rppkt", "src_buff": [packed], "dst_buff": [remote], "channel_type": cout.ctype}
+            if port:
+                op["channel_ids"] = [index["out"]]
+            b.add(op, "all")
+
+        if typ in ("cpy", "re"):
+            _local_step(b, typ, src, dst)
+        elif typ == "s":
+            b.sync()
+            if port:
+                b.add({"name": "cpkt", "src_buff": [src], "dst_buff": [staged]}, "all")
+                forward(staged)
+            else:
+                b.add({"name": "ppkt", "src_buff": [src], "dst_buff": [remote], "channel_type": "memory"}, "all")
+        elif typ in ("r", "rcs"):
+            b.sync()
+            b.add({"name": "upkt", "src_buff": [got], "dst_buff": [dst]}, "all")
+            if typ == "rcs":
+                forward(got)
+        elif typ == "rrc":
+            b.sync()
+            b.add({"name": "repkt", "src_buff": [src, got], "dst_buff": [dst], "reduce_op": "sum"}, "all")
+        elif typ in ("rrs", "rrcs"):
+            b.sync()
+            if port:
+                b.add({"name": "repkt", "src_buff": [src, got], "dst_buff": [keep], "reduce_op": "sum"}, "all")
+                b.sync()
+                b.add({"name": "cpkt", "src_buff": [keep], "dst_buff": [staged]}, "all")
+                forward(staged)
+            else:
+                b.add({"name": "respkt", "src_buff": [src, got], "dst_buff": [keep, remote], "channel_type": "memory",
+                       "reduce_op": "sum"}, "all")
+        k_in += bool(receives)
+        k_out += bool(sends)
+        _release(b, releases.get((tb.id, k)) or [])
+    return _tb_dict(tb, b, tb_chans, refs)
+
+
+def _local_step(b: _TB, typ: str, src, dst) -> None:
+    """A step that moves data inside its GPU (cpy, re), written as a copy or a reduction (a copy onto itself,
+    an in-place call's own chunk, as nothing)."""
+    if typ == "re":
+        b.sync()
+        b.add({"name": "re", "src_buff": [dst, src], "dst_buff": [dst], "reduce_op": "sum"}, "all")
+    elif src != dst:
+        b.sync()
+        b.add({"name": "copy", "src_buff": [src], "dst_buff": [dst]}, "all")
+
+
+def _one_by_one(b: _TB, tb, sem_of: dict, releases: dict):
+    """(index, step) of the threadblock's steps its writer writes one by one; a run of nops that only wait
+    (:func:`_acquire_runs`) is written here, as its acquires at once and the last step's releases."""
+    runs = _acquire_runs(tb, sem_of, releases)
+    skip = 0
+    for k, st in enumerate(tb.steps):
+        if k < skip:
+            continue
+        if k in runs:
+            ids = runs[k]
+            b.sync()
+            for at in _spread(len(ids)):
+                b.add({"name": "sem_acquire", "semaphore_ids": ids[at[0]:at[1]]}, "all")
+            _release(b, releases.get((tb.id, k + len(ids) - 1)) or [])
+            skip = k + len(ids)
+            continue
+        yield k, st
 
 
 def _acquire_runs(tb, sem_of: dict, releases: dict) -> dict:
@@ -736,7 +905,8 @@ def program_of(plan: dict, topology, source: str) -> Program:
         raise CollsError(f"{NOT_OURS} (unexpected {type(e).__name__} while reading its ops); colls times only "
                          "the plans it wrote", source=source) from None
     try:
-        again = plan_of(program, topology, name=plan["name"], inplace=plan["inplace"], slice_bytes=slice_of(plan))
+        again = plan_of(program, topology, name=plan["name"], inplace=plan["inplace"], slice_bytes=slice_of(plan),
+                        protocol=plan["protocol"])
     except CollsError as e:
         raise CollsError(f"{NOT_OURS} ({e})", source=source) from None
     if json.loads(dumps(again)) != json.loads(json.dumps(plan)):
@@ -838,6 +1008,8 @@ def _read_program(plan: dict, topology) -> Program:
         conn_of[("in",) + rcv] = key
     chan = _channel_numbers(conns, conn_of, ends)
     # the steps, threadblock by threadblock
+    packets = plan["protocol"] == "LL"
+    first_packet = [_first_packet(g) for g in gpus] if packets else None
     sems: dict = {}            # (gpu, semaphore) -> [release (tb, step), acquire (tb, step)]
     tbs: dict = {}
     messages: dict = {}
@@ -849,7 +1021,10 @@ def _read_program(plan: dict, topology) -> Program:
                 local[(ct, k)] = gidx
         in_local = next((k for (ct, k), gidx in local.items() if cin and ct == cin[0] and gidx == cin[1]), None)
         out_local = next((k for (ct, k), gidx in local.items() if cout and ct == cout[0] and gidx == cout[1]), None)
-        steps = _read_steps(tb["ops"], cin, cout, in_local, out_local, r, pos, sems)
+        if packets:
+            steps = _read_packet_steps(tb["ops"], r, pos, sems, 2 * first_packet[r])
+        else:
+            steps = _read_steps(tb["ops"], cin, cout, in_local, out_local, r, pos, sems)
         send = conn_of[("out", r, pos)][1] if cout else -1
         recv = conn_of[("in", r, pos)][0] if cin else -1
         c = chan[(r, pos)]
@@ -866,7 +1041,8 @@ def _read_program(plan: dict, topology) -> Program:
         st = tbs[(r, acq[0])].steps[acq[1]]
         st.depid, st.deps = rel
         tbs[(r, rel[0])].steps[rel[1]].hasdep = 1
-    # the program's own scratch: what is left after the slots and staging plan_of adds
+    # the program's own scratch: what is left after the slots and staging plan_of adds (packet plans: the raw
+    # chunks below the first packet, which starts at half of them rounded up; the larger count writes the same)
     extra = [0] * len(gpus)
     for key, (sent, got) in messages.items():
         if not sent or sent != got:
@@ -877,7 +1053,7 @@ def _read_program(plan: dict, topology) -> Program:
             extra[key[0]] += room
     out = []
     for r, g in enumerate(gpus):
-        own = g["scratch_chunks"] - extra[r]
+        own = 2 * first_packet[r] if packets else g["scratch_chunks"] - extra[r]
         if own < 0:
             raise _Refused(f"gpu {r} has less scratch than its connections' slots need")
         out.append(Gpu(r, g["input_chunks"], g["output_chunks"], own,
@@ -885,7 +1061,7 @@ def _read_program(plan: dict, topology) -> Program:
     g0 = gpus[0]
     basis = g0["output_chunks"] if plan["collective"] == "allgather" else g0["input_chunks"]
     inplace = bool(plan["inplace"])
-    return Program(plan["name"], plan["collective"], n, basis, max(chan.values(), default=0) + 1, "Simple",
+    return Program(plan["name"], plan["collective"], n, basis, max(chan.values(), default=0) + 1, plan["protocol"],
                    int(inplace), int(not inplace), plan.get("min_message_size", 0),
                    plan.get("max_message_size", 0), out)
 
@@ -939,6 +1115,43 @@ def _channel_numbers(conns: dict, conn_of: dict, ends: dict) -> dict:
     return out
 
 
+class _Reader:
+    """What reading one threadblock's ops back needs: refusing with its place, local operands, and the
+    semaphores' releases and acquires (``sems``: (gpu, semaphore) -> [release (tb, step), acquire (tb, step)])."""
+
+    def __init__(self, seq: list, gpu: int, tb: int, sems: dict):
+        self.seq, self.gpu, self.tb, self.sems = seq, gpu, tb, sems
+
+    def fail(self, what):
+        raise _Refused(f"gpu {self.gpu} threadblock {self.tb} op {what}")
+
+    def local(self, operand):
+        if "type" not in operand:
+            self.fail("with a remote operand where a local one is written")
+        return operand["type"], operand["index"], operand["size"]
+
+    def acquired(self, s, k):
+        entry = self.sems.setdefault((self.gpu, s), [None, None])
+        if entry[1] is not None:
+            self.fail(f"acquires semaphore {s} twice")
+        entry[1] = (self.tb, k)
+
+    def released(self, i, k):
+        """The releases after step k's ops (signals among them skipped); the index after them."""
+        seq = self.seq
+        while i < len(seq) and seq[i]["name"] in ("signal", "sem_release"):
+            if seq[i]["name"] == "signal":
+                i += 1
+                continue
+            for s in seq[i]["semaphore_ids"]:
+                entry = self.sems.setdefault((self.gpu, s), [None, None])
+                if entry[0] is not None:
+                    self.fail(f"releases semaphore {s} twice")
+                entry[0] = (self.tb, k)
+            i += 1
+        return i
+
+
 def _read_steps(ops: list, cin, cout, in_local, out_local, gpu: int, tb: int, sems: dict) -> list:
     """The XML steps of one threadblock's ops (the inverse of :func:`_tb_plan`, nops skipped and pipeline
     bodies read in line: writing the program again checks where they are)."""
@@ -952,33 +1165,8 @@ def _read_steps(ops: list, cin, cout, in_local, out_local, gpu: int, tb: int, se
                 and seq[i].get("channel_type") == cin[0]:
             i += 1
     steps: list = []
-
-    def fail(what):
-        raise _Refused(f"gpu {gpu} threadblock {tb} op {what}")
-
-    def local(operand):
-        if "type" not in operand:
-            fail("with a remote operand where a local one is written")
-        return operand["type"], operand["index"], operand["size"]
-
-    def acquired(s, k):
-        entry = sems.setdefault((gpu, s), [None, None])
-        if entry[1] is not None:
-            fail(f"acquires semaphore {s} twice")
-        entry[1] = (tb, k)
-
-    def released(i, k):                 # the releases after step k's ops; the index after them
-        while i < len(seq) and seq[i]["name"] in ("signal", "sem_release"):
-            if seq[i]["name"] == "signal":
-                i += 1
-                continue
-            for s in seq[i]["semaphore_ids"]:
-                entry = sems.setdefault((gpu, s), [None, None])
-                if entry[0] is not None:
-                    fail(f"releases semaphore {s} twice")
-                entry[0] = (tb, k)
-            i += 1
-        return i
+    rd = _Reader(seq, gpu, tb, sems)
+    fail, local, acquired, released = rd.fail, rd.local, rd.acquired, rd.released
 
     while i < len(seq):
         if seq[i]["name"] == "sem_acquire" and len(seq[i]["semaphore_ids"]) > 1:
@@ -1080,6 +1268,90 @@ def _step_of(body: list, receives: bool, sends: bool, cout, fail, local):
     if names == ["re", "copy", "pws"] and port:
         return step("rrcs", local(body[0]["src_buff"][0]), local(body[1]["dst_buff"][0]))
     fail(f"{'+'.join(names)} in a step that receives and sends")
+
+
+def _first_packet(gpu: dict) -> int:
+    """The first packet index a GPU of a packet plan reads or packs (plan_of puts it at half the program's own
+    scratch, rounded up)."""
+    found = []
+    for tb in gpu["threadblocks"]:
+        for op in tb["ops"]:
+            if op["name"] in ("upkt", "rppkt"):
+                found.append(op["src_buff"][0]["index"])
+            elif op["name"] in ("repkt", "respkt"):
+                found += [b["index"] for b in op["src_buff"][1:]]
+            elif op["name"] == "cpkt":
+                found.append(op["dst_buff"][0]["index"])
+    return min(found, default=0)
+
+
+def _read_packet_steps(ops: list, gpu: int, tb: int, sems: dict, staging_from: int) -> list:
+    """The XML steps of one threadblock of a packet plan (the inverse of :func:`_packet_tb`, nops skipped); a raw
+    scratch chunk at ``staging_from`` or beyond is the threadblock's staging (a reduce-and-send keeps its sum
+    there), one below it the program's own."""
+    seq = [op for op in ops if op["name"] != "nop"]
+    steps: list = []
+    rd = _Reader(seq, gpu, tb, sems)
+    fail, local, released = rd.fail, rd.local, rd.released
+
+    def step(typ, src=None, dst=None):
+        sb, so = (src[0], src[1]) if src else ("i", -1)
+        db, do = (dst[0], dst[1]) if dst else ("o", -1)
+        return Step(len(steps), typ, sb, so, db, do, (src or dst)[2])
+
+    def kept(operand):                  # rrs (the sum kept in staging) or rrcs (kept in the program's buffer)
+        b = local(operand)
+        return None if b[0] == "s" and b[1] >= staging_from else b
+
+    def acquired(s):
+        rd.acquired(s, len(steps))
+
+    def name(i):
+        return seq[i]["name"] if i < len(seq) else None
+
+    i = 0
+    while i < len(seq):
+        if name(i) == "sem_acquire" and len(seq[i]["semaphore_ids"]) > 1:
+            while name(i) == "sem_acquire" and len(seq[i]["semaphore_ids"]) > 1:
+                for s in seq[i]["semaphore_ids"]:
+                    acquired(s)
+                    steps.append(Step(len(steps), "nop", "i", -1, "o", -1, 0))
+                i += 1
+            i = released(i, len(steps) - 1)
+            continue
+        waited = name(i) == "sem_acquire"
+        if waited:
+            acquired(seq[i]["semaphore_ids"][0])
+            i += 1
+        op, nxt = (seq[i] if i < len(seq) else {}), name(i + 1)
+        kind = op.get("name")
+        src, dst = op.get("src_buff") or [], op.get("dst_buff") or []
+        if kind == "copy":
+            st, i = step("cpy", local(src[0]), local(dst[0])), i + 1
+        elif kind == "re" and len(src) == 2:
+            st, i = step("re", local(src[1]), local(dst[0])), i + 1
+        elif kind == "ppkt":
+            st, i = step("s", local(src[0])), i + 1
+        elif kind == "cpkt" and nxt == "rppkt":
+            st, i = step("s", local(src[0])), i + 2
+        elif kind == "upkt":
+            forwards = nxt == "rppkt" and seq[i + 1]["src_buff"][0] == src[0]
+            st, i = step("rcs" if forwards else "r", dst=local(dst[0])), i + (2 if forwards else 1)
+        elif kind == "respkt":
+            into = kept(dst[0])
+            st, i = (step("rrcs", local(src[0]), into) if into else step("rrs", local(src[0]))), i + 1
+        elif kind == "repkt" and nxt == "cpkt" and name(i + 2) == "rppkt" and seq[i + 1]["src_buff"][0] == dst[0]:
+            into = kept(dst[0])
+            st, i = (step("rrcs", local(src[0]), into) if into else step("rrs", local(src[0]))), i + 3
+        elif kind == "repkt":
+            st, i = step("rrc", local(src[0]), local(dst[0])), i + 1
+        elif kind == "sem_release" or waited and kind in (None, "sem_acquire"):    # a step that only waits or releases
+            st = Step(len(steps), "nop", "i", -1, "o", -1, 0)
+        else:
+            fail(f"{kind} where a step starts")
+        i = released(i, len(steps))
+        steps.append(st)
+    return steps
 
 
 def calls_words(modes) -> str:

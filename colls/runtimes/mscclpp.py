@@ -136,6 +136,42 @@ PIPELINE_UNIT_BYTES = 1 << 20
 # which wins depends on the schedule and the call size. 512 KiB keeps a 4 GiB operand within 8,192 iterations.
 PIPELINE_UNITS = (PIPELINE_UNIT_BYTES, 1 << 19, 2 << 20, 4 << 20)
 
+# Packets: the LL protocol (EK @00668b4a handlePutPackets, handleReadPutPackets, handleUnpackPackets,
+# handleCopyPackets, handleReduceSendPackets, handleReduceCopySendPackets; include/mscclpp/packet_device.hpp
+# @00d00b6c). A packet carries data and the call's flag in one store (LL16Packet: 16 bytes {data1, flag1,
+# data2, flag2}, 8 of data; LL8Packet {data, flag}, 4 of 8), so a packet in scratch takes twice its data's
+# bytes: every packet operand's offset is doubled by the kernel (``offset << 1``), the loader's are data
+# offsets, and an LL plan's scratch is 2 x chunk x scratch_chunks bytes (EP calScratchBufferSize; x2 more with
+# use_double_scratch_buffer). A packet op that reads packets polls every packet until its flag is the call's
+# (LLPacket::read spins; no timeout in release builds), so packets need no signal or wait; one that writes
+# stamps the call's flag. All threads of the block take part, strided by thread. What each op reads and writes:
+# - ppkt: src raw (local) -> packets in each dst (remote scratch); memory channels. Over a port channel the
+#   kernel puts src as if it were packets already and names the source memory without the context's base
+#   (localMemoryIdBegin_ is not added, unlike handlePut): refused (colls.verify.plan);
+# - rppkt: packets of src[0] (local scratch, polled) -> packets in each dst (remote scratch); over a port
+#   channel all threads poll, then one thread per channel has the proxy put the packets (no signal follows);
+# - cpkt: src raw -> packets in dst (local); upkt: packets of src (local scratch, polled) -> raw dst;
+# - repkt: src[0] raw + packets of src[1:] (always read from local scratch, whatever their type says) -> raw
+#   dst[0]; respkt also writes the sum as packets to dst[1:] (remote scratch, memory channels only);
+# - recpkt: as repkt, and a local packet copy in dst[1]; recspkt: and packets to dst[2:] (remote, memory).
+# Packet handlers take no pipeline offset (handlePipeline passes one; they ignore it): a pipeline would move
+# the whole operand in every iteration, so packet ops are never pipelined.
+# The flag (EX @011094ce Executor::Impl::launchKernel): ``static uint32_t flag = 0`` incremented on every
+# execute() of the process, whatever the plan; with use_double_scratch_buffer an odd flag uses the scratch's
+# lower half, an even one the upper (launchKernelHelper: scratchOffset = scratchBufferSize >> 1), and a
+# sender adds its own scratchOffset_ to the peer's address, so every rank's scratch must be the same size.
+# The scratch is zeroed when allocated (GpuBuffer) and the first flag is 1, so no packet is read before it is
+# written. Under CUDA graph capture the flag is a kernel argument frozen at capture: every replay writes and
+# polls the same flag into the same half, so a replay can read the previous replay's packets as its own. colls
+# says so wherever it writes a packet plan (ROCm/TheRock issue 7871 reports wrong LL allreduce results under
+# graph capture with MSCCL++ on, in RCCL's embedded copy).
+PACKET_OPS = frozenset({"ppkt", "rppkt", "cpkt", "upkt", "repkt", "respkt", "recpkt", "recspkt"})
+PACKET_SCRATCH_FACTOR = 2           # bytes of packet per byte of data (LL16 and LL8 alike)
+PACKET_REMOTE_MEMORY_ONLY = frozenset({"respkt", "recspkt"})
+PACKET_GRAPH_HAZARD = ("a packet plan must not run under CUDA graph capture: the executor's per-call flag is "
+                       "frozen in the captured launch, so a replay can read the previous replay's packets")
+
+
 # Which threads run an op (EK handle*): signal/wait/flush/sem ops and port-channel puts run on threads
 # tid < (number of channels, operands or semaphores); copies, reductions and memory-channel puts are
 # spread over all threads of the block. ``nop`` is __syncthreads() (EK handleNop) and ``barrier`` starts
@@ -214,6 +250,12 @@ KERNEL_US = 4.0
 # elapsed 0.0204875 ms/iter") against 6.55 us for the same exchange over a memory channel: 14 us more for two
 # proxied messages, 7.0 us each, on top of the route's own latency (the engine's net_step_us).
 PORT_PROXY_US = (20.49 - 6.55) / 2
+# A packet message (the LL protocol) has no fixed cost of its own: the packets carry the flag, so there is no
+# signal, no wait and no fence (execution_kernel.hpp handlePutPackets writes them, the receiver's op polls
+# them as they land); what it pays is the route's latency, which the hardware profile carries, and twice the
+# bytes on the wire (colls.runtimes.costs DATA_FRACTION["LL"]). Its threadblock copies packets at the rate NCCL's
+# tuning gives LL (colls.runtimes.costs tb_gbps["LL"], from llMaxBws: MSCCL++ publishes no LL figure of its own).
+PACKET_STEP_US = 0.0
 # A threadblock's copy rate with 1,024 threads: MSCCL++ publishes no per-threadblock figure (its tutorials
 # time 32 or more blocks together, bound by the link), so the NCCL executor's per-channel figure of the GPU's
 # family is used (colls.runtimes.costs tb_gbps["Simple"]: NCCL's perChMaxTreeBws, e.g. 24 GB/s on A100).

@@ -33,8 +33,20 @@ behaviour (every small call); two units make every pipeline iterate twice per ch
 message overlaps the next slice's transfer exactly as at any larger size (the protocol is the same in every
 iteration, and slices that are not whole units touch the same ranges as whole ones).
 
+Packets (the LL protocol: ``ppkt``, ``rppkt``, ``cpkt``, ``upkt``, ``repkt``, ``respkt``, ``recpkt``,
+``recspkt``) are followed as the kernel runs them: a packet takes two chunks of scratch (the kernel doubles a
+packet operand's offset), carries the call's flag, and an op that reads packets waits until every one it reads
+carries its call's flag (the executor's flag is new on every call, so packets of another call are never
+taken). Writing packets twice into one place in one call is ``plan-packet-reuse``; data read where packets
+are, ``plan-packet-form``. With ``use_double_scratch_buffer`` the two calls use the two halves of the scratch
+(the executor alternates halves by the flag's parity); the call after next returns to a half, and that is safe
+when, in every call, every rank finishes only after each peer it sends packets to has started the call
+(``plan-packet-call``; then a write of call n + 2 follows the writer's call n + 1, which follows the peer's
+start of call n + 1, which follows the peer's reads of call n). If other plans' calls come between, each is a
+collective whose every rank waits for data from every other, so the same argument holds across them.
+
 The facts come from microsoft/mscclpp (:mod:`colls.runtimes.mscclpp`, each cited). What is not modelled
-(packet ops of the LL protocol, NVLS switch ops, remote reads ``rre``/``rres``/``get``, pipelines of different
+(NVLS switch ops, remote reads ``rre``/``rres``/``get``, pipelines of different
 unit sizes in one plan, thread block groups) leaves the verdict ``unproven``.
 """
 
@@ -94,6 +106,14 @@ PLAN_RULES: dict[str, tuple[str | None, str]] = {
     "plan-uninitialised-read": (WRONG, "a value read from a chunk nothing had written"),
     "plan-input-write": (WRONG, "a write to the caller's input buffer"),
     "plan-postcondition": (WRONG, "an output chunk does not hold what the collective requires"),
+    "plan-packet-protocol": (UB, "packet ops in a plan whose protocol is not LL: its scratch is allocated for data, "
+                                 "and packets take twice the bytes at doubled offsets"),
+    "plan-packet-scratch": (HANG, "an LL plan with a double scratch whose GPUs' scratch sizes differ (a sender adds "
+                                  "its own half's offset to the peer's address)"),
+    "plan-packet-form": (WRONG, "packets read as data, or a packet op whose operands are not what the kernel reads"),
+    "plan-packet-reuse": (WRONG, "packets written twice into one place in one call (the reader may take either)"),
+    "plan-packet-call": (HANG, "a rank can finish a call before a peer it sends packets to has started it, so a later "
+                               "call on the same scratch half may overwrite packets not yet read"),
     "plan-unmodelled": (None, "an op the proof does not model: the result is not checked"),
     "plan-semantics-skipped": (None, "execution checks not run because of the errors before them"),
 }
@@ -101,7 +121,34 @@ PLAN_RULES: dict[str, tuple[str | None, str]] = {
 _SIGNALS = ("signal", "rlxsignal")
 _WAITS = ("wait", "rlxwait")
 _MODELLED = frozenset({"nop", "barrier", "signal", "wait", "rlxsignal", "rlxwait", "put", "pws", "copy", "re",
-                       "res", "sem_acquire", "sem_release", "flush", "pipeline"})
+                       "res", "sem_acquire", "sem_release", "flush", "pipeline"}) | rt.PACKET_OPS
+
+
+def _packet_roles(op) -> tuple[range, range]:
+    """The positions of an op's src_buff and dst_buff operands that are packets (colls.runtimes.mscclpp
+    PACKET_OPS): the others are data."""
+    name = op["name"]
+    ns, nd = len(op.get("src_buff") or []), len(op.get("dst_buff") or [])
+    if name in ("ppkt", "cpkt"):
+        return range(0), range(nd)
+    if name == "rppkt":
+        return range(min(ns, 1)), range(nd)
+    if name == "upkt":
+        return range(ns), range(0)
+    if name in ("repkt", "respkt", "recpkt", "recspkt"):
+        return range(1, ns), range(1, nd)
+    return range(0), range(0)
+
+
+class _Packet:
+    """What a place in scratch holds once packets are written there: the value, the call whose flag they carry,
+    the writer's clock when it wrote them, and the reads of the sender's packets the proxy makes for a port
+    ``rppkt`` (complete once the packets are read)."""
+
+    __slots__ = ("call", "value", "clock", "own", "tbi", "pending")
+
+    def __init__(self, call, value, clock, own, tbi, pending=()):
+        self.call, self.value, self.clock, self.own, self.tbi, self.pending = call, value, clock, own, tbi, pending
 
 
 class _Cx:
@@ -229,13 +276,27 @@ def _lane(op) -> str:
     return "all"
 
 
-def _ranges(operands, sl=None):
-    """Local operands as (buffer, first chunk, end chunk, slice): slice None is the whole operand."""
+def _ranges(operands, sl=None, packed=()):
+    """Local operands as (buffer, first chunk, end chunk, slice): slice None is the whole operand. Those at the
+    positions ``packed`` are packets: twice the chunks, from twice the index (the kernel doubles the offset)."""
     out = []
-    for b in operands or ():
+    for j, b in enumerate(operands or ()):
         if "type" in b:
-            out.append((b["type"], b["index"], b["index"] + b["size"], sl))
+            f = rt.PACKET_SCRATCH_FACTOR if j in packed else 1
+            out.append((b["type"], f * b["index"], f * (b["index"] + b["size"]), sl))
     return out
+
+
+def _accesses(op, sl):
+    """An op's local accesses for the thread check: (data writes, packet writes, data reads, packet reads)."""
+    sp, dp = _packet_roles(op)
+    src, dst = op.get("src_buff") or [], op.get("dst_buff") or []
+    def split(operands, packed):
+        data = _ranges([b for j, b in enumerate(operands) if j not in packed], sl)
+        return data, _ranges([b for j, b in enumerate(operands) if j in packed], sl, range(len(operands)))
+    dw, pw = split(dst, dp)
+    dr, pr = split(src, sp)
+    return dw, pw, dr, pr
 
 
 def _overlap(a, b) -> bool:
@@ -259,10 +320,11 @@ class _Model:
         self.chan_owner: dict = {}      # (g, type, index) -> tb
         self.chunk_bytes = 0
         self.unit = None                # the pipelines' unit_size
+        self.packets = False            # the plan has packet ops
 
     def units_per_chunk(self) -> list[int]:
         """The chunk sizes, in pipeline units, the execution is checked at (see the module docstring)."""
-        if not self.unit:
+        if not self.unit or self.packets:      # packet ops take no pipeline offset: never pipelined
             return [1]
         return [1, 2] if self.chunk_bytes > self.unit else [1]
 
@@ -283,6 +345,12 @@ class _Model:
             if g["id"] != r:
                 cx.add("plan-gpu-id", f"gpus[{r}].id is {g['id']}", gpu=r)
         self._check_chunks(hi)
+        if plan["protocol"] == "LL" and plan.get("use_double_scratch_buffer"):
+            sizes = {g["scratch_chunks"] for g in self.gpus}
+            if len(sizes) > 1:
+                cx.add("plan-packet-scratch", f"scratch_chunks {sorted(sizes)} differ between GPUs: a sender adds its "
+                       "own scratch half's offset to the peer's address (execution_kernel.hpp scratchOffset_), so "
+                       "its packets land in the wrong place of a peer whose scratch is another size")
         self._check_channels()
         for r, g in enumerate(self.gpus):
             for pos, tb in enumerate(g["threadblocks"]):
@@ -430,6 +498,10 @@ class _Model:
                 cx.add("plan-pipeline", "a pipeline inside a pipeline: the loader flattens one level only",
                        gpu=r, tb=t, op=k + 1 + j)
                 continue
+            if inner["name"] in rt.PACKET_OPS:
+                cx.add("plan-pipeline", f"{inner['name']} in a pipeline: packet ops take no iteration offset, so "
+                       "every iteration moves the whole operand again (execution_kernel.hpp)", gpu=r, tb=t, op=k + 1 + j)
+                continue
             sizes = {b["size"] for key in ("src_buff", "dst_buff") for b in inner.get(key) or []}
             if sizes and sizes != {n}:
                 short = min(sizes) < n
@@ -440,8 +512,10 @@ class _Model:
                        gpu=r, tb=t, op=k + 1 + j)
 
     def size_of(self, r: int, buf: str) -> int:
+        """A buffer's chunks of data: an LL plan's scratch holds twice its scratch_chunks (EP calScratchBufferSize)."""
         g = self.gpus[r]
-        return {"i": g["input_chunks"], "o": g["output_chunks"], "s": g["scratch_chunks"]}[buf]
+        scratch = g["scratch_chunks"] * (rt.PACKET_SCRATCH_FACTOR if self.plan["protocol"] == "LL" else 1)
+        return {"i": g["input_chunks"], "o": g["output_chunks"], "s": scratch}[buf]
 
     def _check_op(self, r, t, k, op) -> None:
         cx = self.cx
@@ -471,13 +545,16 @@ class _Model:
                            f"{len(self.tbch[r][t][ct])}", gpu=r, tb=t, op=k)
         elif name in _SIGNALS + _WAITS or (name in ("put", "pws") and "channel_type" not in op):
             cx.add("plan-op-form", f"{name} without a memory or port channel_type", gpu=r, tb=t, op=k)
-        for key in ("src_buff", "dst_buff"):
+        packed = _packet_roles(op)
+        for key, roles in zip(("src_buff", "dst_buff"), packed):
             operands = op.get(key) or []
             if len(operands) > rt.MAX_OPERANDS:
                 cx.add("plan-operand-count", f"{len(operands)} {key} operands, at most {rt.MAX_OPERANDS}",
                        gpu=r, tb=t, op=k)
-            for b in operands:
-                self._check_operand(r, t, k, name, ct, b)
+            for j, b in enumerate(operands):
+                self._check_operand(r, t, k, name, ct, b, j in roles)
+        if name in rt.PACKET_OPS:
+            self._check_packet_op(r, t, k, op)
         for s in op.get("semaphore_ids") or []:
             if not 0 <= s < len(self.gpus[r].get("semaphores") or []):
                 cx.add("plan-semaphore", f"semaphore {s}: gpu {r} declares {len(self.gpus[r].get('semaphores') or [])}",
@@ -501,7 +578,7 @@ class _Model:
             elif name == "res" and (ct != "memory" or any("buffer_id" not in b for b in dst[1:])):
                 cx.add("plan-op-form", "res sends over memory channels to remote operands", gpu=r, tb=t, op=k)
         # the destination of a put is the rank its channel connects to
-        if name in ("put", "pws", "res") and ct in ("memory", "port"):
+        if name in ("put", "pws", "res", "ppkt", "rppkt", "respkt", "recspkt") and ct in ("memory", "port"):
             peers = {self.chans[r][ct][i] for i in self.tbch[r][t][ct]}
             dsts = op.get("dst_buff") or []
             for i, b in enumerate(dsts):
@@ -519,6 +596,56 @@ class _Model:
                     cx.add("plan-wrong-peer", f"{name} writes rank {owner[0]}'s buffer, but the threadblock has no "
                            f"{ct} channel to it", gpu=r, tb=t, op=k)
 
+    def _check_packet_op(self, r, t, k, op) -> None:
+        """The operands a packet op's kernel reads (colls.runtimes.mscclpp, packets): data where it reads data,
+        packets in scratch where it reads or writes packets, one size."""
+        cx, name, ct = self.cx, op["name"], op.get("channel_type")
+        self.packets = True
+        if self.plan["protocol"] != "LL":
+            cx.add("plan-packet-protocol", f"{name} in a plan whose protocol is {self.plan['protocol']!r}",
+                   gpu=r, tb=t, op=k)
+        src, dst = op.get("src_buff") or [], op.get("dst_buff") or []
+        sp, dp = _packet_roles(op)
+        remote_from = {"ppkt": 0, "rppkt": 0, "respkt": 1, "recspkt": 2}.get(name)
+        want_src = {"ppkt": len(dst), "rppkt": 1, "cpkt": 1, "upkt": 1}.get(name)
+        want_dst = {"cpkt": 1, "upkt": 1, "repkt": 1, "recpkt": 2}.get(name)
+        why = None
+        if not src or not dst or len({b["size"] for b in src + dst}) != 1:
+            why = "needs sources and destinations of one size"
+        elif want_src is not None and len(src) != want_src or name in ("repkt", "respkt", "recpkt", "recspkt") \
+                and len(src) < 2:
+            why = "has the wrong number of sources"
+        elif want_dst is not None and len(dst) != want_dst or remote_from is not None and len(dst) <= remote_from:
+            why = "has the wrong number of destinations"
+        elif any("type" not in b for b in src):
+            why = "reads remote operands (packet ops read their own GPU's buffers)"
+        elif any(src[j]["type"] != "s" for j in sp):
+            why = "reads packets outside scratch (the kernel reads them from scratch whatever the type says)"
+        elif any(("type" in b) != (remote_from is None or j < remote_from) for j, b in enumerate(dst)):
+            why = "writes remote operands where the kernel writes local ones, or the reverse"
+        elif any("type" in dst[j] and dst[j]["type"] != "s" for j in dp):
+            why = "writes packets outside scratch"
+        elif remote_from is not None and ct not in ("memory", "port"):
+            why = "writes remote packets without a memory or port channel_type"
+        elif name in rt.PACKET_REMOTE_MEMORY_ONLY and ct != "memory":
+            why = "writes remote packets over a port channel (the kernel writes them over memory channels only)"
+        elif name == "rppkt" and ct == "port" and len(op.get("channel_ids") or []) != len(dst):
+            why = "over port channels needs one channel id per destination"
+        if why:
+            cx.add("plan-packet-form", f"{name} {why}", gpu=r, tb=t, op=k)
+            return
+        if name == "ppkt" and ct == "port":
+            cx.add("plan-op-unsafe", "ppkt over a port channel puts its source as if it were packets already and "
+                   "names the source memory without the context's base (execution_kernel.hpp handlePutPackets); "
+                   "pack with cpkt and forward with rppkt", gpu=r, tb=t, op=k)
+        for j in dp:
+            b = dst[j]
+            if "buffer_id" in b and ct in ("memory", "port"):
+                owner = self._remote(r, t, ct, b["buffer_id"])
+                if owner is not None and owner[1] != "s":
+                    cx.add("plan-packet-form", f"{name} writes packets into rank {owner[0]}'s {owner[1]} buffer, "
+                           "not its scratch", gpu=r, tb=t, op=k)
+
     def _remote(self, r, t, ct, ref):
         refs = self.tbref[r][t].get(ct, [])
         if not 0 <= ref < len(refs):
@@ -526,7 +653,8 @@ class _Model:
         rb = self.gpus[r]["remote_buffers"][refs[ref]]
         return rb["rank"], rb["type"]
 
-    def _check_operand(self, r, t, k, name, ct, b) -> None:
+    def _check_operand(self, r, t, k, name, ct, b, packed: bool = False) -> None:
+        """An operand within its buffer (``packed``: packets, twice the data's bytes, at a doubled offset)."""
         cx = self.cx
         if "switch_channel_id" in b:
             self.unmodelled.add(name)
@@ -548,11 +676,13 @@ class _Model:
             owner, buf = found
             if not 0 <= owner < self.n:
                 return
-        end = b["index"] + b["size"]
+        end = (b["index"] + b["size"]) * (rt.PACKET_SCRATCH_FACTOR if packed else 1)
         have = self.size_of(owner, buf)
         if end > have:
             where = "its" if owner == r else f"rank {owner}'s"
-            cx.add("plan-operand", f"{name}: chunks [{b['index']}, {end}) of {where} {buf} buffer of {have} chunks",
+            what = f"packets of chunks [{b['index']}, {b['index'] + b['size']}) end at chunk {end}" if packed \
+                else f"chunks [{b['index']}, {end})"
+            cx.add("plan-operand", f"{name}: {what} of {where} {buf} buffer of {have} chunks",
                    gpu=r, tb=t, op=k)
         if self.chunk_bytes and end * self.chunk_bytes > rt.MAX_OFFSET:
             cx.add("plan-offset-range", f"{name}: chunk {end} ends at {end * self.chunk_bytes} bytes at "
@@ -568,14 +698,17 @@ class _Model:
                 since = []
                 continue
             why = None
-            xw, xr = _ranges(x.get("dst_buff"), sx), _ranges(x.get("src_buff"), sx)
+            xdw, xpw, xdr, xpr = _accesses(x, sx)
+            xw, xr = xdw + xpw, xdr + xpr
             for y, sy in since:
                 ly = _lane(y)
-                yw, yr = _ranges(y.get("dst_buff"), sy), _ranges(y.get("src_buff"), sy)
+                ydw, ypw, ydr, ypr = _accesses(y, sy)
+                yw, yr = ydw + ypw, ydr + ypr
                 if lx == "all":
+                    # packets written, then polled: their flags order them (no nop needed)
                     if y["name"] in _WAITS + ("sem_acquire",) and x["name"] != "sem_acquire":
                         why = f"{x['name']} runs on all threads right after {y['name']} on thread 0"
-                    elif ly == "all" and (_overlap(yw, xw + xr) or _overlap(yr, xw)):
+                    elif ly == "all" and (_overlap(ydw, xw + xr) or _overlap(ypw, xw + xdr) or _overlap(yr, xw)):
                         why = f"{x['name']} touches chunks {y['name']} accesses, on other threads"
                     elif ly == "t0" and _overlap(yr, xw):
                         why = f"{x['name']} overwrites the source of {y['name']} before thread 0 issued it"
@@ -678,6 +811,8 @@ class _Execution:
         # plan of 32 GPUs and 96 threadblocks each)
         self.access: dict = {}
         self.unordered: list = []                   # (location, earlier access, later access) with no order
+        self.halves = bool(m.plan.get("use_double_scratch_buffer"))   # call n uses scratch half n mod 2
+        self.packet_peers: set = set()              # (writer rank, rank whose scratch it writes packets into)
         for call in range(self.CALLS):
             for r in range(m.n):
                 for storage, value in m.coll.initial_state(r, inplace).items():
@@ -696,7 +831,9 @@ class _Execution:
         return [first + sl] if sl < b["size"] * self.units else []
 
     def _key(self, call, storage):
-        return storage if storage[0] == "s" else (call,) + storage
+        if storage[0] == "s":
+            return (call % 2,) + storage if self.halves else storage
+        return (call,) + storage
 
     def _join(self, i, clock, own, j):
         new = np.maximum(self.clock[i], clock)      # a new array: clocks already recorded stay as they were
@@ -724,6 +861,8 @@ class _Execution:
             _skip(self.cx, "race and correctness checks were not run: the plan deadlocks")
             return False
         self._races()
+        if self.halves:
+            self._packet_order()
         self._post()
         return True
 
@@ -731,6 +870,8 @@ class _Execution:
         if not self.started[i]:
             return "its start (the GPU's first call never finished)"
         op = self.ops[i][self.pc[i]][0]
+        if op["name"] in rt.PACKET_OPS:
+            return f"{op['name']}, polling packets nothing writes in this call"
         if op["name"] in _WAITS:
             return f"{op['name']} on {op['channel_type']} channel(s) {op['channel_ids']} (no signal comes)"
         if op["name"] == "sem_acquire":
@@ -802,9 +943,34 @@ class _Execution:
             self.released_barrier.discard((i, key))
             self.own[i] += 1
         else:
+            if name in rt.PACKET_OPS and not self._polled(i, call, r, op):
+                return False
             self.own[i] += 1
             self._apply(i, call, r, t, op, flat, sl)
         self.pc[i] += 1
+        return True
+
+    def _packet_locs(self, call, r, b):
+        """The places of an operand's packets in rank ``r``'s scratch, two per chunk (the offset doubled)."""
+        first = rt.PACKET_SCRATCH_FACTOR * b["index"]
+        return [(r,) + self._loc(call, r, "s", u) for u in range(first, first + rt.PACKET_SCRATCH_FACTOR * b["size"])]
+
+    def _polled(self, i, call, r, op) -> bool:
+        """Whether every packet ``op`` reads carries this call's flag (the kernel polls until it does); if so its
+        writers' clocks are joined, and the proxy's reads of a port rppkt's source are complete."""
+        src = op.get("src_buff") or []
+        found = []
+        for j in _packet_roles(op)[0]:
+            for loc in self._packet_locs(call, r, src[j]):
+                v = self.mem.get(loc)
+                if not (isinstance(v, _Packet) and v.call == call):
+                    return False
+                found.append(v)
+        for v in found:
+            self._join(i, v.clock, v.own, v.tbi)
+        for v in found:
+            for loc, where in v.pending:
+                self._record(loc, i, False, False, where)
         return True
 
     def _signal(self, i, ep):
@@ -828,6 +994,9 @@ class _Execution:
             return
         src = op.get("src_buff") or []
         dst = op.get("dst_buff") or []
+        if name in rt.PACKET_OPS:
+            self._apply_packets(i, call, r, t, op, where)
+            return
         if name in ("put", "pws"):
             for n, (s, d) in enumerate(zip(src, dst)):
                 owner, buf = self.m._remote(r, t, ct, d["buffer_id"])
@@ -877,6 +1046,89 @@ class _Execution:
                     owner, buf = self.m._remote(r, t, ct, d["buffer_id"])
                     self._write(call, owner, buf, ud[k], v, i, True, where)
 
+    def _apply_packets(self, i, call, r, t, op, where) -> None:
+        """A packet op (colls.runtimes.mscclpp, packets): its data and packet sources read, the sum taken for the
+        reducing ones, written as data or as packets with this call's flag."""
+        name, ct = op["name"], op.get("channel_type")
+        src, dst = op.get("src_buff") or [], op.get("dst_buff") or []
+        sp, dp = _packet_roles(op)
+
+        def values(j):
+            b = src[j]
+            if j in sp:
+                locs = self._packet_locs(call, r, b)
+                for loc in locs:
+                    self._record(loc, i, False, False, where)
+                return [self.mem[loc].value for loc in locs[::rt.PACKET_SCRATCH_FACTOR]]
+            return [self._read(call, r, b["type"], u, i, where) for u in self._units(b, None)]
+
+        if name in ("repkt", "respkt", "recpkt", "recspkt"):
+            got = [values(j) for j in range(len(src))]
+            out = []
+            for k in range(len(got[0])):
+                acc = got[0][k]
+                for more in got[1:]:
+                    if acc is None or more[k] is None:
+                        self.cx.add("plan-uninitialised-read", f"{self.label}: {name} sums a chunk nothing had "
+                                    "written", *where, calls=self.calls)
+                        acc = None
+                        continue
+                    try:
+                        acc = reduce_values(acc, more[k])
+                    except SymbolicError as e:
+                        self.cx.add("plan-double-count", f"{self.label}: {name} {e}", *where, calls=self.calls)
+                        acc = e.value
+                out.append(acc)
+            data = out
+        pending = []
+        for n, d in enumerate(dst):
+            if name not in ("repkt", "respkt", "recpkt", "recspkt"):
+                data = values(0 if name in ("rppkt", "cpkt", "upkt") else n)
+            if n not in dp:
+                for u, v in zip(self._units(d, None), data):
+                    self._write(call, r, d["type"], u, v, i, False, where)
+                continue
+            if "type" in d:
+                owner = r
+            else:
+                found = self.m._remote(r, t, ct, d["buffer_id"])
+                if found is None:
+                    continue
+                owner = found[0]
+                self.packet_peers.add((r, owner))
+                if name == "rppkt" and ct == "port":     # the proxy reads the sender's packets later
+                    pending = [(loc, where) for loc in self._packet_locs(call, r, src[0])]
+            self._write_packets(call, owner, d, data, i, "type" not in d, where, tuple(pending))
+
+    def _write_packets(self, call, owner, b, data, i, remote, where, pending=()) -> None:
+        for k, v in enumerate(data):
+            locs = self._packet_locs(call, owner, {"index": b["index"] + k, "size": 1})
+            old = self.mem.get(locs[0])
+            if isinstance(old, _Packet) and old.call == call:
+                self.cx.add("plan-packet-reuse", f"{self.label}: packets of rank {owner}'s scratch chunk "
+                            f"{b['index'] + k} written twice in call {call + 1}", *where, calls=self.calls)
+            packet = _Packet(call, v, self.clock[i], self.own[i], i, pending)
+            for loc in locs:
+                self._record(loc, i, True, remote, where)
+                self.mem[loc] = packet
+
+    def _packet_order(self) -> None:
+        """``plan-packet-call``: in each call, every rank that writes packets into a peer's scratch finishes only
+        after the peer has started the call (module docstring)."""
+        ends: dict = {}
+        for idx, (call, r, _) in enumerate(self.tbs):
+            ends[(call, r)] = np.maximum(ends[(call, r)], self.clock[idx]) if (call, r) in ends else self.clock[idx]
+        members: dict = defaultdict(list)
+        for idx, (call, r, _) in enumerate(self.tbs):
+            members[(call, r)].append(idx)
+        for a, b in sorted(self.packet_peers):
+            for call in range(self.CALLS):
+                if not any(ends[(call, a)][j] >= 1 for j in members[(call, b)]):
+                    self.cx.add("plan-packet-call", f"{self.label}: gpu {a} can finish call {call + 1} before gpu {b} "
+                                "has started it; the call after next writes packets into the same scratch half, "
+                                f"maybe before gpu {b} read this call's", gpu=a, calls=self.calls)
+                    break
+
     def _loc(self, call, r, buf, unit):
         """(storage key, unit within the chunk) of a buffer's unit, aliases folded."""
         chunk, u = divmod(unit, self.units)
@@ -885,7 +1137,12 @@ class _Execution:
     def _read(self, call, r, buf, unit, i, where):
         loc = (r,) + self._loc(call, r, buf, unit)
         self._record(loc, i, False, False, where)
-        return self.mem.get(loc)
+        value = self.mem.get(loc)
+        if isinstance(value, _Packet):
+            self.cx.add("plan-packet-form", f"{self.label}: reads packets as data (rank {r}'s scratch chunk "
+                        f"{unit // self.units})", *where, calls=self.calls)
+            return None
+        return value
 
     def _write(self, call, r, buf, unit, value, i, remote, where):
         key, u = self._loc(call, r, buf, unit)
@@ -929,11 +1186,11 @@ class _Execution:
             return
         reported.add(key)
         r, storage, unit = loc
-        chunk = f"rank {r}'s {'scratch' if storage[0] == 's' else {'i': 'input', 'o': 'output'}[storage[-2]]} " \
+        chunk = f"rank {r}'s {'scratch' if storage[-2] == 's' else {'i': 'input', 'o': 'output'}[storage[-2]]} " \
                 f"chunk {storage[-1]}" + (f" (unit {unit})" if self.units > 1 else "")
         ya, xa = ("writes" if y[2] else "reads"), ("writes" if x[2] else "reads")
         (gy, ty, oy), (gx, tx, ox) = y[4], x[4]
-        rule = "plan-slot-race" if (x[3] or y[3]) and storage[0] == "s" else "plan-race"
+        rule = "plan-slot-race" if (x[3] or y[3]) and storage[-2] == "s" else "plan-race"
         self.cx.add(rule, f"{self.label}: gpu {gy} tb {ty} op {oy} {ya} {chunk} and gpu {gx} tb {tx} op {ox} {xa} it, "
                     "with nothing ordering them", gx, tx, ox, calls=self.calls)
 
@@ -948,6 +1205,9 @@ class _Execution:
                         continue
                     for u in range(self.units):
                         got = self.mem.get((r,) + self._loc(call, r, "o", j * self.units + u))
+                        if isinstance(got, _Packet):
+                            wrong.append(f"output chunk {j} holds packets, not data")
+                            break
                         if got != want:
                             wrong.append(f"output chunk {j}" + (f" (unit {u})" if self.units > 1 else "") +
                                          f" holds {describe(got)}, expected {describe(want)}")
@@ -958,11 +1218,12 @@ class _Execution:
 
 
 def proved_plan(program: Program, topology, *, name: str, inplace: bool, source: str = "<generated>",
-                slice_bytes: int | None = mscclpp.rt.PIPELINE_UNIT_BYTES):
-    """:func:`colls.mscclpp.plan_of` (pipelined by ``slice_bytes``), then :func:`verify_plan` for the plan's
+                slice_bytes: int | None = mscclpp.rt.PIPELINE_UNIT_BYTES, protocol: str = "Simple"):
+    """:func:`colls.mscclpp.plan_of` (pipelined by ``slice_bytes``; packets for ``protocol`` LL), then
+    :func:`verify_plan` for the plan's
     call type and every other one the program serves; returns (plan, the call types proved). CollsError naming
     the limit or the first finding when the plan cannot be written or is not proved."""
-    plan = mscclpp.plan_of(program, topology, name=name, inplace=inplace, slice_bytes=slice_bytes)
+    plan = mscclpp.plan_of(program, topology, name=name, inplace=inplace, slice_bytes=slice_bytes, protocol=protocol)
     modes = {bool(inplace)}
     modes |= {True} if program.inplace else set()
     modes |= {False} if program.outofplace else set()
