@@ -9,6 +9,10 @@ every case to bench/plans.json. A case is *proved*, *refused* (the method makes 
 the plan would break a limit: the reason is recorded), or *failed*: a plan that was written but not proved,
 or an error that is not a refusal. A failed case is a defect; the script exits 1 when there is one.
 
+Every proved plan's program is also written as a packet plan (the LL protocol, ``colls synth --proto LL
+--target mscclpp``) and proved the same way; a packet plan written but not proved fails the case. It is timed
+at 64 KB and 1 MB against the Simple plan (each Simple unit and unpipelined, the fastest at that size).
+
 For every proved plan it also times it (:func:`colls.simulate.plans.time_plan`, MSCCL++'s model) at 1 MB, 64 MB
 and 1 GB against two MSCCL XML files under the XML target's model (exe; rccl on MI250): the program the plan was
 written from (the same schedule, lowered alike), and the file ``colls synth`` writes for the XML target (the
@@ -41,6 +45,7 @@ METHODS = ("ring", "direct", "trees", "milp")
 KINDS = ("allgather", "reducescatter", "allreduce", "alltoall")
 MILP = milp_settings()          # colls compile's budget and gap
 TIMED = (1 << 20, 64 << 20, 1 << 30)
+SMALL = (64 << 10, 1 << 20)     # where packet plans are timed against the Simple plans
 
 
 def _ratios(plan: dict, program, xml_program, topo, kind: str, target: str) -> dict:
@@ -58,6 +63,26 @@ def _ratios(plan: dict, program, xml_program, topo, kind: str, target: str) -> d
             ok = ours.served and x is not None and x.served
             out[key].append(round(ours.time_us / x.time_us, 3) if ok else None)
     return out
+
+
+def _packets(program, topo, method: str, kind: str) -> dict:
+    """The program as a packet plan, proved for every call type it serves, and its time over the fastest Simple
+    plan's at each of SMALL (None where either does not serve the size)."""
+    try:
+        plan, modes = proved_plan(program, topo, name=f"{method}-{kind}-ll", inplace=not program.outofplace,
+                                  slice_bytes=None, protocol="LL")
+    except CollsError as e:
+        return {"outcome": "refused" if "at most" in str(e) else "failed", "why": f"packet plan: {e}"}
+    ll = plan if not plan["inplace"] else dict(plan, inplace=False)
+    simple = [p for _, p in slices(program, topo)]
+    ratios = []
+    for size in SMALL:
+        t = time_plan(ll, program, topo, size, inplace=False)
+        best = min((time_plan(p, program, topo, size, inplace=False) for p in simple),
+                   key=lambda x: x.time_us if x.served else math.inf, default=None)
+        ok = t.served and best is not None and best.served
+        ratios.append(round(t.time_us / best.time_us, 3) if ok else None)
+    return {"outcome": "proved", "modes": ["in-place" if m else "out-of-place" for m in modes], "over_simple": ratios}
 
 
 def case(topo, method: str, kind: str, profile: str = "") -> dict:
@@ -84,7 +109,10 @@ def case(topo, method: str, kind: str, profile: str = "") -> dict:
         xml = None
     timed = plan if not plan["inplace"] else mscclpp.plan_of(program, topo, name="oop", inplace=False,
                                                              slice_bytes=result.facts["plan_slice"])
-    return {"outcome": "proved", "modes": ["in-place" if m else "out-of-place" for m in modes],
+    packets = _packets(program, topo, method, kind)
+    if packets["outcome"] == "failed":
+        return dict(packets, seconds=round(time.perf_counter() - t0, 2))
+    return {"outcome": "proved", "packets": packets, "modes": ["in-place" if m else "out-of-place" for m in modes],
             "lowered_for": result.target.name, "threadblocks": max(len(g["threadblocks"]) for g in plan["gpus"]),
             "max_ops": ops, "pipelined": mscclpp.slice_of(plan) is not None, "unit": mscclpp.slice_of(plan),
             "plan_over_xml": _ratios(timed, program, xml, topo, kind, target),
@@ -107,14 +135,28 @@ def markdown(results: dict) -> str:
             r = row[kind]
             if r["outcome"] == "proved":
                 modes = "+".join("ip" if m == "in-place" else "oop" for m in r["modes"])
-                cells.append(f"proved ({modes}; {r['threadblocks']} tbs, {r['max_ops']} ops)")
+                ll = r["packets"]["outcome"]
+                cells.append(f"proved ({modes}; {r['threadblocks']} tbs, {r['max_ops']} ops; LL {ll})")
+                if ll != "proved":
+                    why.append(f"- {machine} {method} {kind}: LL {ll}: {r['packets']['why'][:200]}")
             else:
                 cells.append(f"**{r['outcome']}**" if r["outcome"] == "failed" else r["outcome"])
                 why.append(f"- {machine} {method} {kind}: {r['outcome']}: {r['why'][:200]}")
         lines.append(f"| {machine} | {method} | " + " | ".join(cells) + " |")
     counts = {o: sum(r["outcome"] == o for row in results["cases"].values() for r in row.values())
               for o in ("proved", "refused", "failed")}
-    lines += ["", f"{counts['proved']} proved, {counts['refused']} refused, {counts['failed']} failed.", ""]
+    packed = [r["packets"] for row in results["cases"].values() for r in row.values() if r["outcome"] == "proved"]
+    lines += ["", f"{counts['proved']} proved, {counts['refused']} refused, {counts['failed']} failed. Packet plans "
+                  f"(LL) of the proved ones: {sum(p['outcome'] == 'proved' for p in packed)} proved, "
+                  f"{sum(p['outcome'] == 'refused' for p in packed)} refused.", ""]
+    small = [(key, kind, r["packets"]["over_simple"]) for key, row in results["cases"].items()
+             for kind, r in row.items() if r["outcome"] == "proved" and r["packets"]["outcome"] == "proved"]
+    for i, size in enumerate(SMALL):
+        vals = [v[i] for _, _, v in small if v[i] is not None]
+        if vals:
+            lines.append(f"- Packet plan over the fastest Simple plan of the same program at {size_text(size)}: "
+                         f"{min(vals):.2f} to {max(vals):.2f}, faster in {sum(v < 1 for v in vals)} of {len(vals)}.")
+    lines.append("")
     lines += ["## Plan time over XML time", "",
               "Each proved plan, out-of-place, at 1 MB / 64 MB / 1 GB: its time on MSCCL++'s model over the MSCCL XML "
               "file's on the XML target's (exe; rccl on MI250). *same*: the program the plan was written from; "

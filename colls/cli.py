@@ -279,9 +279,8 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
     from colls.synth import METHODS
     plan_target = target == PLAN_TARGET
     if plan_target:
-        if proto != "Simple":
-            raise CollsError("MSCCL++ plans colls writes run the Simple protocol (the LL plans of MSCCL++ use packet "
-                             "ops colls does not write)", key="--proto")
+        if proto not in ("Simple", "LL"):
+            raise CollsError(f"MSCCL++ plans run Simple or LL (packets), not {proto}", key="--proto")
         target = "exe"          # lowered as for the MSCCL executor (cut to fit a plan's ops), written as a plan
     if method not in METHODS:
         raise CollsError(f"expected one of {', '.join(sorted(METHODS))}, got {excerpt(method)}", key="--method")
@@ -365,24 +364,29 @@ def _write_plan(result, topo, output: str, mode: str, simulate: bool, as_json: b
     inplace = mode == "inplace"
     name = f"{program.name}-{'ip' if inplace else 'oop'}"
     from colls.simulate import plans
-    plan, modes = proved_plan(program, topo, name=name, inplace=inplace, slice_bytes=result.facts["plan_slice"])
+    protocol = "LL" if program.proto == "LL" else "Simple"
+    plan, modes = proved_plan(program, topo, name=name, inplace=inplace, slice_bytes=result.facts["plan_slice"],
+                              protocol=protocol)
     text = mscclpp.dumps(plan)
     f = dict(result.facts, target=PLAN_TARGET, plan_name=name, inplace=inplace, outofplace=not inplace,
              proved_calls=[("in-place" if m else "out-of-place") for m in modes],
              max_ops_per_threadblock=max(mscclpp.op_count(tb["ops"]) for g in plan["gpus"]
                                          for tb in g["threadblocks"]),
              min_bytes=plan["min_message_size"], max_bytes=plan["max_message_size"],
-             pipeline_unit_bytes=mscclpp.slice_of(plan))
+             pipeline_unit_bytes=mscclpp.slice_of(plan), protocol=protocol)
     for key in ("model_algbw_gbps", "bound_algbw_gbps", "fraction_of_bound", "simulated_busbw_gbps",
                 "runtime_optimum_pct", "simulated_not_run"):
         f.pop(key, None)
     if simulate:
         from colls.simulate import SUMMARY_SIZES, size_text
-        machine = plans.machine(program, topo, f["collective"], mscclpp.slice_of(plan))
+        machine = plans.machine(program, topo, f["collective"], mscclpp.slice_of(plan), protocol)
         timings = {s: plans.time_plan(plan, program, topo, s, mach=machine) for s in SUMMARY_SIZES}
         f["simulated_busbw_gbps"] = {size_text(s): t.busbw_gbps for s, t in timings.items()}
         f["simulated_not_run"] = {size_text(s): t.reason for s, t in timings.items() if not t.served}
     files.write_atomic(output, text)
+    if protocol == "LL":
+        from colls.runtimes import mscclpp as rt
+        click.echo(f"colls: warning: {output}: {rt.PACKET_GRAPH_HAZARD}", err=True)
     if as_json:
         _echo_json(dict(f, output=output))
         return
@@ -390,7 +394,7 @@ def _write_plan(result, topo, output: str, mode: str, simulate: bool, as_json: b
     line = (f"{f['collective']} {f['method']} on {f['hardware']}: {f['gpus']} gpus, {f['threadblocks']} "
             f"threadblocks/gpu, {f['max_ops_per_threadblock']} ops max/threadblock (MSCCL++ runs 64), "
             f"{f['chunks_per_loop']} chunks per loop; plan {name} for {'in-place' if inplace else 'out-of-place'} "
-            f"calls of {f['min_bytes']} to {f['max_bytes']} bytes, {plans.unit_words(f['pipeline_unit_bytes'])}; "
+            f"calls of {f['min_bytes']} to {f['max_bytes']} bytes, {plans.unit_words(f['pipeline_unit_bytes'], protocol)}; "
             f"verified for {PLAN_TARGET} "
             f"({mscclpp.calls_words(modes)} calls proved)")
     words = simulated_words({"simulated_busbw_gbps": f.get("simulated_busbw_gbps"),
@@ -434,10 +438,13 @@ NCCL_STEPS_BYTES = 8          # a buffer holds NCCL_STEPS slots of at least a by
 @click.option("--max-threadblocks", type=Whole(1, 1024), default=None, metavar="N",
               help="At most N threadblocks (SMs or CUs) per GPU for the files (every method, every copy): each is one the model's compute "
                    "cannot use. The methods fit their counts to it; default: the target's and the GPU's limit.")
+@click.option("--packets", is_flag=True,
+              help="--target mscclpp: also write each schedule as a packet plan (LL protocol) and give it the sizes "
+                   "where it is fastest. Packet plans are wrong under CUDA graph capture (see the README).")
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ranges as JSON.")
 def compile_cmd(hardware, nodes, collective, output, target, root, methods, sizes, sketch_path, time_limit, jobs,
-                margin, max_threadblocks, quiet, as_json):
+                margin, max_threadblocks, packets, quiet, as_json):
     """Choose the fastest file for every range of call sizes and write a folder the runtime loads.
 
     Every method is synthesized, proved and simulated from the smallest to the largest size beside
@@ -458,6 +465,8 @@ def compile_cmd(hardware, nodes, collective, output, target, root, methods, size
         raise CollsError("applies to method milp, which --methods leaves out",
                          key="--sketch" if sketch_path is not None else "--time-limit")
     size_list = parse_sizes(sizes, "--sizes")
+    if packets and target != PLAN_TARGET:
+        raise CollsError(f"packet plans are MSCCL++ plans: use it with --target {PLAN_TARGET}", key="--packets")
     if collective == "all":
         kinds = list(comp.ALL) + (["broadcast", "reduce"] if root is not None else [])
     else:
@@ -484,7 +493,7 @@ def compile_cmd(hardware, nodes, collective, output, target, root, methods, size
         if root is not None:
             raise CollsError("MSCCL++ plans are written for allreduce, allgather, reducescatter and alltoall",
                              key="--root")
-        plans = comp.plan_mscclpp(topo, kinds, **common)
+        plans = comp.plan_mscclpp(topo, kinds, packets=packets, **common)
         say("writing and proving the chosen plans")
         comp.lower_plans(plans)
         written = comp.write_plans(plans, output, topo)

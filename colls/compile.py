@@ -766,8 +766,9 @@ def to_json(plans, directory: str, written: list, target: str) -> dict:
 
 def plan_mscclpp(topology, kinds, *, sizes=None, methods=None, sketch=None, milp_options: dict | None = None,
                  jobs: int = 1, margin: float | None = None, max_threadblocks: int | None = None,
-                 progress: Callable[[str], None] = lambda line: None) -> list[Plan]:
-    """:func:`plan` for MSCCL++ plans (nothing is written)."""
+                 packets: bool = False, progress: Callable[[str], None] = lambda line: None) -> list[Plan]:
+    """:func:`plan` for MSCCL++ plans (nothing is written); ``packets``: each schedule also as a packet plan (LL),
+    which a size takes where it is the fastest."""
     methods, sizes, margins, milp = _settings(topology, methods, sizes, margin, milp_options, sketch)
     plans = []
     for kind in kinds:
@@ -791,7 +792,7 @@ def plan_mscclpp(topology, kinds, *, sizes=None, methods=None, sketch=None, milp
         budget = {} if max_threadblocks is None else {"max_threadblocks": max_threadblocks}
         tasks = [(f"{kind}: {name}: synthesizing, writing plans and timing them",
                   partial(_plan_variants, topology, coll, name, dict(milp if name == "milp" else {}, **budget),
-                          sizes, bound))
+                          sizes, bound, packets))
                  for name in methods]
         p.methods = _in_processes(tasks, jobs, progress)
         p.ranges = _ranges(p.methods, p.nccl, sizes, PLAN_TARGET, margins)
@@ -799,8 +800,9 @@ def plan_mscclpp(topology, kinds, *, sizes=None, methods=None, sketch=None, milp
     return plans
 
 
-def _plan_variants(topology, coll, name, options, sizes, bound) -> Method:
-    """The method's schedule and its copies as plans, each timed at every size (the fastest per size)."""
+def _plan_variants(topology, coll, name, options, sizes, bound, packets: bool = False) -> Method:
+    """The method's schedule and its copies as plans, each timed at every size (the fastest per size); with
+    ``packets`` each also as a packet plan (LL)."""
     from colls import mscclpp
     from colls.simulate import plans as plan_sim
     m = Method(name)
@@ -818,8 +820,16 @@ def _plan_variants(topology, coll, name, options, sizes, bound) -> Method:
                 refused = refused or str(e)
             continue
         # one variant per pipeline unit, the default first: each size takes the fastest
-        kept.append([(replace(c, facts=dict(c.facts, plan_slice=unit)), plan,
-                      plan_sim.machine(c.program, topology, coll.kind, unit)) for unit, plan in units])
+        group = [(replace(c, facts=dict(c.facts, plan_slice=unit)), plan,
+                  plan_sim.machine(c.program, topology, coll.kind, unit)) for unit, plan in units]
+        if packets:
+            try:
+                ll = mscclpp.plan_of(c.program, topology, name="candidate", inplace=False, protocol="LL")
+                group.append((replace(c, facts=dict(c.facts, plan_slice=None, plan_protocol="LL")), ll,
+                              plan_sim.machine(c.program, topology, coll.kind, None, "LL")))
+            except CollsError:
+                pass            # the Simple plans stand for it
+        kept.append(group)
     m.variants = [c for group in kept for c, _, _ in group]
     if not kept:
         m.refused = f"no MSCCL++ plan: {refused}"
@@ -828,11 +838,13 @@ def _plan_variants(topology, coll, name, options, sizes, bound) -> Method:
     for s in sizes:
         best, index = None, 0
         for group in kept:
-            whole = group[-1][2].message_bytes("Simple", s)     # the unpipelined plan's largest message
+            # the unpipelined Simple plan's largest message
+            whole = next(mach for c, _, mach in group if c.facts["plan_slice"] is None
+                         and c.facts.get("plan_protocol", "Simple") == "Simple").message_bytes("Simple", s)
             timed: dict = {}        # units at least as large as every step at this size time alike
             for c, plan, mach in group:
                 unit = c.facts["plan_slice"]
-                key = whole if unit is None else min(unit, whole)
+                key = "LL" if c.facts.get("plan_protocol") == "LL" else whole if unit is None else min(unit, whole)
                 if key in timed:
                     t = replace(timed[key], extra=dict(timed[key].extra))
                 else:
@@ -851,10 +863,13 @@ def lower_plans(plans) -> None:
     from colls.verify.plan import proved_plan
     for p, r, count, base in _chosen(plans):
         r.compiled = pipeline.relower(base, proto="Simple", min_bytes=r.min_bytes, max_bytes=r.max_bytes)
-        stem = f"colls-{p.kind}-{p.ngpus}r-{count:02d}-{r.winner[0]}-x{base.facts['instances']}"
+        protocol = base.facts.get("plan_protocol", "Simple")
+        stem = f"colls-{p.kind}-{p.ngpus}r-{count:02d}-{r.winner[0]}-x{base.facts['instances']}" + \
+            ("-ll" if protocol == "LL" else "")
         r.compiled.facts["plan_slice"] = base.facts.get("plan_slice", rt.PIPELINE_UNIT_BYTES)
+        r.compiled.facts["plan_protocol"] = protocol
         plan, modes = proved_plan(r.compiled.program, r.compiled.topology, name=f"{stem}-oop", inplace=False,
-                                  slice_bytes=r.compiled.facts["plan_slice"])
+                                  slice_bytes=r.compiled.facts["plan_slice"], protocol=protocol)
         r.plans = [(f"{stem}-oop.json", plan)]
         if True in modes:
             r.plans.append((f"{stem}-ip.json", dict(plan, name=f"{stem}-ip", inplace=True)))
@@ -1005,6 +1020,10 @@ def plans_readme(plans, topology) -> str:
            "- The range ends are written so that both rules give the same plan for every size the executor "
            "accepts (a multiple of 16 bytes whose 16-byte units divide by the plan's chunks).",
            "- Check a call with `colls explain DIR --ranks N --bytes SIZE` (it applies both rules).", ""]
+    if any(r.compiled is not None and r.compiled.facts.get("plan_protocol") == "LL" for p in plans for r in p.ranges):
+        out += [f"**Packet plans** (files ending `-ll-oop.json` / `-ll-ip.json`, \"LL packets\" below): "
+                f"{rt.PACKET_GRAPH_HAZARD}. Run this folder only in jobs that do not capture these calls in CUDA "
+                "graphs, or write it again without `--packets`.", ""]
     for p in plans:
         out += [f"## {_label(p)}", "", "| call sizes (bytes) | runs | plans | busbw | of optimum | NCCL's modelled "
                 "busbw |", "|---|---|---|---|---|---|"]
@@ -1012,7 +1031,7 @@ def plans_readme(plans, topology) -> str:
             files = ", ".join(f"`{PLANS}/{f}`" for f, _ in r.plans) or (r.note or "none")
             words = "NCCL's own" if r.winner is None else (f"{r.winner[0]} x{r.compiled.facts['instances']}, "
                                                              f"{r.compiled.facts['threadblocks']} threadblocks/GPU, "
-                                                             f"{unit_words(r.compiled.facts['plan_slice'])}")
+                                                             f"{unit_words(r.compiled.facts['plan_slice'], r.compiled.facts['plan_protocol'])}")
             out.append(_readme_row(p, r, PLAN_TARGET, words, files))
         if p.notes:
             out += [""] + [f"Note: {n}" for n in p.notes]

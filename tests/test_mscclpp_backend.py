@@ -83,9 +83,58 @@ def test_the_plan_step_budget_matches_the_writer():
     assert rt.PLAN_GRANT_OPS + rt.PLAN_MAX_STEPS * rt.PLAN_OPS_PER_STEP <= rt.MAX_OPERATIONS
 
 
-def test_synth_refuses_ll_for_plans(tmp_path):
+def test_synth_writes_ll_as_a_packet_plan(tmp_path):
+    out_file = tmp_path / "ll.json"
+    rc, out, err = run("synth", "--hardware", "dgx-a100", "--collective", "allreduce", "--method", "direct",
+                       "--target", "mscclpp", "--proto", "LL", "-o", str(out_file))
+    assert rc == 0, err
+    assert "LL packets" in out and "in-place and out-of-place calls proved" in out
+    assert "CUDA graph capture" in err         # the hazard is said where the file is written
+    plan = mscclpp.load(out_file.read_text(), str(out_file))
+    assert plan["protocol"] == "LL" and plan["use_double_scratch_buffer"] is True
+    rc, out, err = run("verify", str(out_file))
+    assert rc == 0 and "VALID for mscclpp" in out, (out, err)
+    rc, out, err = run("simulate", str(out_file), "--hardware", "dgx-a100", "--sizes", "64KB", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["results"][0]["protocol"] == "LL"
     assert_bad_input(*run("synth", "--hardware", "dgx-a100", "--collective", "allgather", "--method", "direct",
-                          "--target", "mscclpp", "--proto", "LL", "-o", str(tmp_path / "x.json")), "--proto")
+                          "--target", "mscclpp", "--proto", "LL128", "-o", str(tmp_path / "x.json")), "--proto")
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_a_packet_plan_is_faster_than_its_simple_plan_for_small_calls_only():
+    """Packets pay no signal and wait per message but move twice the bytes at NCCL's LL copy rate."""
+    t = hardware.load_topology("dgx-a100")
+    prog = pipeline.compile_schedule(t, Collective("allgather", 8), "ring").program
+    ll = mscclpp.plan_of(prog, t, name="ll", protocol="LL")
+    simple = mscclpp.plan_of(prog, t, name="s", slice_bytes=None)
+    small, large = 8 << 10, 32 << 20
+    assert plans.time_plan(ll, prog, t, small).time_us < plans.time_plan(simple, prog, t, small).time_us
+    assert plans.time_plan(ll, prog, t, large).time_us > 2 * plans.time_plan(simple, prog, t, large).time_us
+
+
+def test_compile_gives_small_sizes_to_packet_plans_only_when_asked(tmp_path):
+    d = tmp_path / "ar"
+    rc, out, err = run("compile", "--hardware", "dgx-a100", "--collective", "allreduce", "--target", "mscclpp",
+                       "--methods", "direct", "--sizes", "1KB:4MB:8", "--jobs", "1", "--quiet", "--packets", "-o", str(d))
+    assert rc == 0, err
+    files = sorted(os.listdir(d / "plans"))
+    packed = [f for f in files if "-ll-" in f]
+    assert packed, files
+    for f in packed:
+        plan = mscclpp.load((d / "plans" / f).read_text(), f)
+        assert plan["protocol"] == "LL"
+        report = verify_plan(plan, "allreduce", f, inplace=plan["inplace"])
+        assert report.ok and report.facts["semantics_checked"], report.format()
+    readme = (d / "README.md").read_text()
+    assert "**Packet plans**" in readme and "CUDA graph capture" in readme and "LL packets" in readme
+    first = min(table(d), key=lambda r: r[4])
+    assert "-ll-" in first[0]                   # the smallest calls go to the packet plan
+    rc, out, err = run("explain", str(d), "--ranks", "8", "--bytes", "1KB")
+    assert rc == 0 and "-ll-oop.json" in out.splitlines()[0], out
+    assert_bad_input(*run("compile", "--hardware", "dgx-a100", "--collective", "allreduce", "--packets",
+                          "-o", str(tmp_path / "x")), "--packets")
+    assert not (tmp_path / "x").exists()
 
 
 def test_simulate_times_a_plan_against_its_xml(synth_plan):

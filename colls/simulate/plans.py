@@ -19,8 +19,10 @@ at hand) with what differs in MSCCL++:
   operand): unpipelined, a FIFO of 2 messages; pipelined, of 2 whole messages' slices (``Machine.fifo_rule``;
   a connection whose steps differ in size gets the room of its smallest two, less than the plan allows).
   Which unit a plan is pipelined by is chosen by this time (:func:`fastest_slice`).
-- **Costs** (:func:`model`): the kernel's fixed cost and a message's (signal and wait) from MSCCL++'s published
-  figures; a port channel's proxy delay on every cross-node message; a threadblock's copy rate and the
+- **Packets.** A packet plan (LL) is never pipelined and gives every message its own place in scratch: a
+  message is a whole step, and a connection has all its messages in flight at once.
+- **Costs** (:func:`model`): the kernel's fixed cost and a message's (signal and wait; none for packets, which
+  carry their flag) from MSCCL++'s published figures; a port channel's proxy delay on every cross-node message; a threadblock's copy rate and the
   host's launch cost from the NCCL executor's figures (MSCCL++ publishes none).
 
 What the engine does not see, and so leaves out: a receiver that forwards (``rcs``) copies the message twice
@@ -38,27 +40,36 @@ from colls.errors import CollsError
 from colls import mscclpp
 from colls.program import STEP_SEMANTICS, Program
 from colls.runtimes import mscclpp as rt
-from colls.runtimes.costs import DEFAULT_LAUNCH, Model, family_of
+from colls.runtimes.costs import DATA_FRACTION, DEFAULT_LAUNCH, Model, family_of
 from colls.simulate import Timing, simulate, size_text
 from colls.simulate.engine import Machine, message_count
 
 FIFO_CHUNK_STEPS = 4        # NCCL_STEPS (8) / this = 2 messages in flight per connection: the plan's 2 slots
 
 
-def model(topology, launch: str = DEFAULT_LAUNCH) -> Model:
-    """MSCCL++'s costs on ``topology``'s GPUs (:mod:`colls.runtimes.mscclpp` gives each figure's source)."""
+def model(topology, launch: str = DEFAULT_LAUNCH, protocol: str = "Simple") -> Model:
+    """MSCCL++'s costs on ``topology``'s GPUs for a plan of ``protocol`` (:mod:`colls.runtimes.mscclpp` gives each
+    figure's source): a packet plan (LL) pays no per-message cost, twice the bytes on the wire and NCCL's LL copy
+    rate."""
     fam = family_of(topology.gpu_model())
+    if protocol == "LL":
+        return Model(fam.host_us[launch] + rt.KERNEL_US, rt.PACKET_STEP_US, DATA_FRACTION["LL"], None,
+                     fam.tb_gbps["LL"] / fam.tb_gbps["Simple"], rt.PORT_PROXY_US, notes=("MSCCL++ executor, packets",))
     return Model(fam.host_us[launch] + rt.KERNEL_US, rt.STEP_US, 1.0, None, 1.0, rt.PORT_PROXY_US,
                  notes=("MSCCL++ executor",))
 
 
-def model_text(topology, launch: str = DEFAULT_LAUNCH) -> str:
+def model_text(topology, launch: str = DEFAULT_LAUNCH, protocols=("Simple",)) -> str:
     fam = family_of(topology.gpu_model())
-    return (f"model (MSCCL++ executor on {fam.name}): {fam.host_us[launch]:g} us host launch ({launch}, NCCL's "
+    text = (f"model (MSCCL++ executor on {fam.name}): {fam.host_us[launch]:g} us host launch ({launch}, NCCL's "
             f"measured figure) + {rt.KERNEL_US:g} us kernel per call, {rt.STEP_US:g} us per message sent (signal and "
             f"wait), {rt.PORT_PROXY_US:.3g} us proxy delay per cross-node message, one message per step (per "
             f"{rt.PIPELINE_UNIT_BYTES >> 20} MiB slice when pipelined) and 2 slots per connection, a threadblock "
             f"copies at most {fam.tb_gbps['Simple']:g} GB/s (NCCL's figure)")
+    if "LL" in protocols:
+        text += (f"; packet plans (LL): no cost per message, 16 bytes on the wire per 8 of data, every message in "
+                 f"flight at once, a threadblock writes packets at {fam.tb_gbps['LL']:.3g} GB/s (NCCL's LL figure)")
+    return text
 
 
 def basis(program: Program) -> int:
@@ -67,10 +78,12 @@ def basis(program: Program) -> int:
     return g.o_chunks if program.coll == "allgather" else g.i_chunks
 
 
-def machine(program: Program, topology, kind: str, slice_bytes: int | None) -> Machine:
+def machine(program: Program, topology, kind: str, slice_bytes: int | None, protocol: str = "Simple") -> Machine:
     """The Program laid out for the engine, cut into messages as the MSCCL++ executor runs its plan.
 
-    ``slice_bytes``: the plan's pipeline unit (:func:`colls.mscclpp.slice_of`), None for an unpipelined plan."""
+    ``slice_bytes``: the plan's pipeline unit (:func:`colls.mscclpp.slice_of`), None for an unpipelined plan.
+    ``protocol``: the plan's; a packet plan (LL, never pipelined) gives every message its own packets, so a
+    connection has all its messages in flight at once."""
     m = Machine(_simple(program), topology, kind)
     ncpl = basis(program) or 1
     most = max((max(int(st.cnt or 0), 1) for g in program.gpus for tb in g.tbs for st in tb.steps
@@ -93,10 +106,14 @@ def machine(program: Program, topology, kind: str, slice_bytes: int | None) -> M
         room = []
         for ti in m.conn_sender:
             cnts = sends[ti] if ti >= 0 else ()
-            room.append(mscclpp.SLOTS * npass * min((message_count(c, mac) for c in cnts), default=1))
+            if protocol == "LL":
+                room.append(max(npass * sum(message_count(c, mac) for c in cnts), 1))
+            else:
+                room.append(mscclpp.SLOTS * npass * min((message_count(c, mac) for c in cnts), default=1))
         return room
     m.fifo_rule = plan_fifo
     m.plan_slice = slice_bytes
+    m.plan_protocol = protocol
     return m
 
 
@@ -133,8 +150,10 @@ def fastest_slice(program: Program, topology, sizes, *, inplace: bool = False) -
     return best
 
 
-def unit_words(unit: int | None) -> str:
-    """How a plan's data moves: ``pipelined in 1 MiB slices`` or ``whole steps (not pipelined)``."""
+def unit_words(unit: int | None, protocol: str = "Simple") -> str:
+    """How a plan's data moves: ``pipelined in 1 MiB slices``, ``whole steps (not pipelined)`` or ``LL packets``."""
+    if protocol == "LL":
+        return "LL packets, whole steps"
     if unit is None:
         return "whole steps (not pipelined)"
     return f"pipelined in {size_text(unit)} slices"
@@ -182,14 +201,15 @@ def time_plan(plan: dict, program: Program, topology, size: int, *, inplace: boo
         return Timing(size, False, reason)
     kind = plan["collective"]
     cut = mscclpp.slice_of(plan)
-    if mach is None or not hasattr(mach, "plan_slice") or mach.plan_slice != cut:
-        mach = machine(program, topology, kind, cut)
+    proto = plan["protocol"]
+    if mach is None or getattr(mach, "plan_slice", 0) != cut or getattr(mach, "plan_protocol", None) != proto:
+        mach = machine(program, topology, kind, cut, proto)
     try:
-        timing, _ = simulate(mach.program, topology, kind, size, model=model(topology, launch), bound=bound,
+        timing, _ = simulate(mach.program, topology, kind, size, model=model(topology, launch, proto), bound=bound,
                              machine=mach, native=True)
     except CollsError as e:
         raise CollsError(f"{plan['name']}: {e}") from None
-    timing.extra["protocol"] = "Simple"
+    timing.extra["protocol"] = proto
     return timing
 
 
@@ -225,17 +245,19 @@ def run_files(texts, topology, sizes, *, inplace: bool = False, baseline: str | 
             except CollsError:
                 bound_of[kind] = None
         b = bound_of[kind]
-        mach = machine(program, topology, kind, mscclpp.slice_of(plan))
+        mach = machine(program, topology, kind, mscclpp.slice_of(plan), plan["protocol"])
         timings = [time_plan(plan, program, topology, s, inplace=inplace, bound=b, mach=mach, launch=launch)
                    for s in sizes]
         head = (f"{path}: MSCCL++ plan {plan['name']}, {kind} on {topology.name} ({topology.ngpus} GPUs), "
                 f"{'in-place' if plan['inplace'] else 'out-of-place'} plan, {'in-place' if inplace else 'out-of-place'} "
-                f"calls, {unit_words(mscclpp.slice_of(plan))}")
+                f"calls, {unit_words(mscclpp.slice_of(plan), plan['protocol'])}")
+        if plan["protocol"] == "LL" and launch == "graph":
+            warn(f"{path}: {rt.PACKET_GRAPH_HAZARD}")
         if b is not None:
             head += f"; optimum {float(b.algbw):.1f} GB/s algbw, binding cut: {b.cut_words}"
         lines += [head, rep.table(timings), ""]
         results.append({"label": path, "collective": kind, "plan": plan["name"], "target": "mscclpp",
-                        "pipeline_unit_bytes": mscclpp.slice_of(plan),
+                        "protocol": plan["protocol"], "pipeline_unit_bytes": mscclpp.slice_of(plan),
                         "bound": b.to_dict() if b is not None else None, "sizes": [t.to_dict() for t in timings]})
     if baseline:
         from colls.simulate.baseline import RuntimeDefault, algorithm_of
@@ -249,7 +271,8 @@ def run_files(texts, topology, sizes, *, inplace: bool = False, baseline: str | 
                   "back to", rep.table(timings), ""]
         results.append({"label": base.label, "collective": kind, "baseline": True,
                         "sizes": [t.to_dict() for t in timings]})
-    lines.append(model_text(topology, launch))
+    protocols = {plan["protocol"] for _, plan, _ in entries}
+    lines.append(model_text(topology, launch, protocols))
     data = {"hardware": topology.name, "gpus": topology.ngpus, "inplace": inplace, "results": results,
-            "model": model_text(topology, launch)}
+            "model": model_text(topology, launch, protocols)}
     return "\n".join(lines), data
