@@ -240,7 +240,12 @@ def _entries(paths: list[str], tgt: Target):
     for path in paths:
         if not os.path.lexists(path):
             raise CollsError("no such file or folder", source=path)
-        out.append((path, fileio.read_text(path, fileio.MAX_XML_BYTES, option="FILE"), None))
+        text = fileio.read_text(path, fileio.MAX_XML_BYTES, option="FILE")
+        if text.lstrip().startswith("{"):
+            raise CollsError("an MSCCL++ plan: explain reads plans from the folder `colls compile --target mscclpp` "
+                             "wrote (give that folder); `colls simulate FILE.json` shows the sizes one plan serves",
+                             source=path)
+        out.append((path, text, None))
     return out, {"files": list(paths)}, "readdir" if tgt.name == "rccl" else "given", []
 
 

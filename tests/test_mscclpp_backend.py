@@ -280,6 +280,8 @@ def test_explain_picks_the_plan_of_each_range(folder):
     rc, out, err = run("explain", str(folder), "--ranks", "16", "--bytes", str(size))     # 0.8 checks no world size
     assert rc == 0 and "DANGER" in out and "for 8 ranks, the communicator has 16" in err, (out, err)
     assert_bad_input(*run("explain", str(folder), "--ranks", "8", "--bytes", "3"), "--bytes")
+    one = folder / "plans" / rows[0][0].split("/")[-1]
+    assert_bad_input(*run("explain", str(one), "--ranks", "8", "--bytes", "1MB"), str(one), "give that folder")
 
 
 def test_a_plan_in_a_cuda_graph_pays_no_host_cost(synth_plan):
