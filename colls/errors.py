@@ -54,5 +54,12 @@ class LimitError(CollsError):
     """A schedule that does not fit a runtime target's limits (steps, threadblocks, channels).
 
     A method with a smaller variant (fewer trees per GPU) may catch it and try again; anywhere else it
-    is an ordinary user-facing error.
+    is an ordinary user-facing error. ``limit`` names the limit where a caller tells them apart
+    (``"threadblocks"``: more threadblocks per GPU than the target or the GPU runs), ``any_layout`` says the
+    schedule breaks it in every layout the lowering could try.
     """
+
+    def __init__(self, message: str, *, limit: str | None = None, any_layout: bool = False, **kw):
+        super().__init__(message, **kw)
+        self.limit = limit
+        self.any_layout = any_layout

@@ -320,7 +320,8 @@ def _check_tbs(schedule: Schedule, tbmax: int, limit_tbs: int, options: LowerOpt
             else target.tbs_why if target.tbs_why else f"the target's {target.max_tbs}"
         why = "" if target.tbs_why and what == target.tbs_why else " (threadblocks must all be resident)"
         raise LimitError(f"{schedule.method} {schedule.collective.kind}: needs {tbmax} threadblocks "
-                         f"per GPU, more than {what}{why}; try fewer --instances or --chunks, or another --method")
+                         f"per GPU, more than {what}{why}; try fewer --instances or --chunks, or another --method",
+                         limit="threadblocks")
 
 
 def _check_per_channel(schedule: Schedule, per_chan: int, target: Target) -> None:

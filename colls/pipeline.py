@@ -581,7 +581,7 @@ def _compile_hier(topology, collective, tgt, options, settings) -> Compiled:
             result = _compile_once(topology, collective, "hier", tgt, dict(options, unit=unit), **settings)
         except LimitError as e:
             # more chunks per rail op only shorten the threadblocks; their peers stay (lower: any_layout)
-            if "threadblocks per GPU" not in str(e) or 2 * unit >= tgt.max_cnt or getattr(e, "any_layout", False):
+            if e.limit != "threadblocks" or 2 * unit >= tgt.max_cnt or e.any_layout:
                 raise
             refused.append((unit, str(e)))
             unit *= 2

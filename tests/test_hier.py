@@ -228,7 +228,7 @@ def test_more_chunks_per_rail_op_where_the_threadblocks_do_not_fit(monkeypatch):
         tried.append(options["unit"])
         if options["unit"] < 4:
             raise LimitError("hier allreduce: needs 69 threadblocks per GPU, more than the target's 64 "
-                             "(threadblocks must all be resident); try fewer --instances")
+                             "(threadblocks must all be resident); try fewer --instances", limit="threadblocks")
         return real(topology, collective, method, tgt, options, **kw)
     monkeypatch.setattr(pipeline, "_compile_once", once)
     topo = machine("dgx-a100", 2)
@@ -237,7 +237,7 @@ def test_more_chunks_per_rail_op_where_the_threadblocks_do_not_fit(monkeypatch):
     assert "4 chunks per rail op, not 1: with 2 it needs 69 threadblocks per GPU" in made.summary()
 
     def steps(topology, collective, method, tgt, options, **kw):
-        raise LimitError("hier allreduce: needs 99 steps in one threadblock")
+        raise LimitError("hier allreduce: needs 99 steps in one threadblock, not 99 threadblocks per GPU")
     monkeypatch.setattr(pipeline, "_compile_once", steps)
     with pytest.raises(LimitError, match="99 steps"):
         pipeline.compile_schedule(topo, Collective("allreduce", topo.ngpus), "hier", in_memory=True)
