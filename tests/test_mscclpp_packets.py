@@ -176,3 +176,83 @@ def test_packet_plans_refuse_what_mscclpp_cannot_run():
     prog = program(1, "ring", "allgather")
     with pytest.raises(CollsError, match="Simple or LL"):
         mscclpp.plan_of(prog, topo(1), name="x", protocol="LL128")
+
+
+# Plans of the shape MSCCL++'s own packet tests run (microsoft/mscclpp test/executor-tests/execution-plans/
+# reduce_pack.json and transfer_pack.json: 2 GPUs, written by its generator, not colls): one memory channel
+# shared by two threadblocks that only put packets, max_message_size left at 2^64 - 1.
+def _op(name, src, dst, ct=None, **kw):
+    return dict({"name": name, "src_buff": src, "dst_buff": dst}, **({"channel_type": ct} if ct else {}), **kw)
+
+
+def _local(t, i):
+    return {"type": t, "index": i, "size": 1}
+
+
+def _peer(i):
+    return {"buffer_id": 0, "index": i, "size": 1}
+
+
+def _tb(tid, ops, remote=True):
+    return {"id": tid, "ops": ops,
+            "channels": [{"channel_type": "memory", "channel_ids": [0]}] if remote else [],
+            "remote_buffer_refs": [{"access_channel_type": "memory", "remote_buffer_ids": [0]}] if remote else []}
+
+
+def _two_gpus(kind, chunks, tbs0, tbs1):
+    def gpu(r, tbs):
+        return {"id": r, "input_chunks": chunks[0], "output_chunks": chunks[1], "scratch_chunks": chunks[2],
+                "threadblocks": tbs, "channels": [{"channel_type": "memory", "connected_to": [1 - r]}],
+                "remote_buffers": [{"rank": 1 - r, "type": "s", "access_channel_types": ["memory"]}],
+                "semaphores": []}
+    return {"name": kind, "collective": kind, "protocol": "LL", "inplace": True, "reuse_resources": False,
+            "gpus": [gpu(0, tbs0), gpu(1, tbs1)], "num_threads_per_block": 1024, "use_double_scratch_buffer": True,
+            "buffer_alignment": 16, "min_message_size": 0, "max_message_size": 2**64 - 1}
+
+
+def mscclpp_reduce_pack():
+    return _two_gpus("allreduce", (2, 2, 3), [
+        _tb(0, [_op("ppkt", [_local("i", 1)], [_peer(1)], "memory")]),
+        _tb(1, [_op("respkt", [_local("i", 0), _local("s", 0)], [_local("i", 0), _peer(0)], "memory", reduce_op="sum")]),
+        _tb(2, [_op("upkt", [_local("s", 1)], [_local("i", 1)])], remote=False)], [
+        _tb(0, [_op("ppkt", [_local("i", 0)], [_peer(0)], "memory")]),
+        _tb(1, [_op("recspkt", [_local("i", 1), _local("s", 1)], [_local("i", 1), _local("s", 2), _peer(1)], "memory",
+                    reduce_op="sum")]),
+        _tb(2, [_op("upkt", [_local("s", 0)], [_local("i", 0)])], remote=False)])
+
+
+def mscclpp_transfer_pack():
+    return _two_gpus("allgather", (1, 2, 2), [
+        _tb(0, [_op("ppkt", [_local("o", 0)], [_peer(0)], "memory")]),
+        _tb(1, [_op("upkt", [_local("s", 1)], [_local("o", 1)])], remote=False)], [
+        _tb(0, [_op("cpkt", [_local("o", 1)], [_local("s", 1)])], remote=False),
+        _tb(1, [_op("rppkt", [_local("s", 1)], [_peer(1)], "memory")]),
+        _tb(2, [_op("upkt", [_local("s", 0)], [_local("o", 0)])], remote=False)])
+
+
+@pytest.mark.parametrize("make,kind", [(mscclpp_reduce_pack, "allreduce"), (mscclpp_transfer_pack, "allgather")])
+def test_mscclpp_own_packet_plans_are_proved(make, kind):
+    """Another generator's packet plans: the channel two threadblocks share carries no semaphore (packets need
+    none), and a max_message_size of 2^64 - 1 is a warning naming the largest call whose offsets fit."""
+    report = verify_plan(make(), kind, "p.json")
+    assert report.ok and report.facts["semantics_checked"], [str(f) for f in report.findings]
+    warned = [f for f in report.findings if f.rule == "plan-offset-size"]
+    assert warned and "set max_message_size to" in str(warned[0])
+
+
+def test_mutant_packing_into_the_wrong_place():
+    """transfer_pack's rppkt polls the packets the other threadblock's cpkt writes; packed where the peer's packets
+    land instead, they are written twice there and the rppkt polls forever."""
+    plan = mscclpp_transfer_pack()
+    plan["gpus"][1]["threadblocks"][0]["ops"][0]["dst_buff"][0]["index"] = 0
+    assert "plan-deadlock" in rules(plan)
+
+
+def test_mutant_two_threadblocks_signal_on_one_channel():
+    """A Simple plan's threadblocks signal and wait on their channels: two on one channel share its counter."""
+    simple = mscclpp.plan_of(program(1, "direct", "allgather"), topo(1), name="s")
+    assert not rules(simple)
+    tbs = simple["gpus"][0]["threadblocks"]
+    with_channel = [tb for tb in tbs if tb["channels"]]
+    with_channel[1]["channels"] = with_channel[0]["channels"]
+    assert "plan-channel-shared" in rules(simple)

@@ -85,12 +85,14 @@ PLAN_RULES: dict[str, tuple[str | None, str]] = {
                           "more than 65535 iterations (uint16)"),
     "plan-operand": (UB, "an operand outside its buffer's chunks"),
     "plan-operand-count": (UB, "more than 10 operands or 8 channels in one op (fixed arrays in Operation)"),
-    "plan-offset-range": (UB, "an offset beyond uint32 at max_message_size"),
+    "plan-offset-range": (UB, "an offset beyond uint32 at every call size the plan serves"),
+    "plan-offset-size": (None, "offsets beyond uint32 for the largest calls max_message_size lets the plan take"),
     "plan-channel-id": (UB, "a channel id outside the threadblock's or the GPU's channel list, or > 16 per type"),
     "plan-buffer-id": (UB, "a buffer id outside the threadblock's refs or the GPU's remote_buffers"),
     "plan-remote-buffer": (HANG, "a remote buffer of a rank this GPU has no channel of that type to"),
     "plan-channel-pairing": (HANG, "GPU A has a different number of channels of a type to B than B to A"),
-    "plan-channel-shared": (WRONG, "one channel used by two threadblocks (its semaphore counter is not atomic)"),
+    "plan-channel-shared": (WRONG, "one channel's semaphore signalled or waited on by two threadblocks (its counter "
+                                   "is not atomic)"),
     "plan-wrong-peer": (WRONG, "a put into the buffer of a rank its channel does not connect to"),
     "plan-op-form": (UB, "an op whose operands do not have the form the kernel reads"),
     "plan-op-unsafe": (WRONG, "an op the kernel runs differently than it reads (pwsf, get, flush, pws on memory)"),
@@ -321,6 +323,7 @@ class _Model:
         self.chunk_bytes = 0
         self.unit = None                # the pipelines' unit_size
         self.packets = False            # the plan has packet ops
+        self.widest = (0, None)         # the operand ending furthest into its buffer: (end in chunks, where)
 
     def units_per_chunk(self) -> list[int]:
         """The chunk sizes, in pipeline units, the execution is checked at (see the module docstring)."""
@@ -368,6 +371,27 @@ class _Model:
                         self._check_pipeline(r, pos, k, op)
                 self._check_thread_sync(r, pos, _unrolled(tb["ops"], lambda p: 2))
         self._check_pairing()
+        self._check_offsets(lo, hi)
+
+    def _check_offsets(self, lo: int, hi: int) -> None:
+        """Offsets are uint32 (execution_common.hpp): the largest call whose every operand ends within them, against
+        the plan's message sizes. None fits the smallest call: an error; some calls max_message_size admits do
+        not fit (MSCCL++'s own generator writes 2^64 - 1 there): a warning naming the size to set."""
+        end, where = self.widest
+        first = self.gpus[0]
+        basis = first["output_chunks"] if self.plan["collective"] == "allgather" else first["input_chunks"]
+        if not end or not basis or not self.chunk_bytes or end * self.chunk_bytes <= rt.MAX_OFFSET:
+            return
+        align = self.plan.get("buffer_alignment", rt.BUFFER_ALIGNMENT) or rt.BUFFER_ALIGNMENT
+        largest = rt.MAX_OFFSET // end // align * align * basis
+        name, r, t, k = where
+        if largest < max(lo, 1):
+            self.cx.add("plan-offset-range", f"{name}: chunk {end} of its buffer ends beyond uint32 at every call "
+                        f"size from min_message_size {lo}", gpu=r, tb=t, op=k)
+        else:
+            self.cx.add("plan-offset-size", f"{name}: chunk {end} of its buffer ends beyond uint32 for calls above "
+                        f"{largest} bytes, which max_message_size {hi} lets the plan take (they compute garbage): set "
+                        f"max_message_size to {largest}", gpu=r, tb=t, op=k)
 
     def _check_chunks(self, max_size) -> None:
         cx = self.cx
@@ -448,10 +472,6 @@ class _Model:
                             cx.add("plan-channel-id", f"{t} channel {i}: gpu {r} has {len(self.chans[r][t])}",
                                    gpu=r, tb=pos)
                             continue
-                        owner = self.chan_owner.setdefault((r, t, i), pos)
-                        if owner != pos:
-                            cx.add("plan-channel-shared", f"{t} channel {i} is used by threadblocks {owner} and {pos}",
-                                   gpu=r, tb=pos)
                         per[t].append(i)
                     if len(per[t]) > rt.MAX_CHANNELS_PER_TB:
                         cx.add("plan-channel-id", f"{len(per[t])} {t} channels, at most {rt.MAX_CHANNELS_PER_TB}",
@@ -684,9 +704,8 @@ class _Model:
                 else f"chunks [{b['index']}, {end})"
             cx.add("plan-operand", f"{name}: {what} of {where} {buf} buffer of {have} chunks",
                    gpu=r, tb=t, op=k)
-        if self.chunk_bytes and end * self.chunk_bytes > rt.MAX_OFFSET:
-            cx.add("plan-offset-range", f"{name}: chunk {end} ends at {end * self.chunk_bytes} bytes at "
-                   "max_message_size, beyond uint32", gpu=r, tb=t, op=k)
+        if end > self.widest[0]:
+            self.widest = (end, (name, r, t, k))
 
     def _check_thread_sync(self, r, t, ops) -> None:
         """``ops`` unrolled (:func:`_unrolled`, two iterations of every pipeline)."""
@@ -730,6 +749,7 @@ class _Model:
         pipeline (unit_size, num_chunks) once per iteration, outside pipelines once (key None)."""
         sent: dict = defaultdict(lambda: defaultdict(int))
         waited: dict = defaultdict(lambda: defaultdict(int))
+        shared: set = set()
         for r, g in enumerate(self.gpus):
             for t, tb in enumerate(g["threadblocks"]):
                 for op, ctx in _context(tb["ops"]):
@@ -743,6 +763,11 @@ class _Model:
                     for c in op.get("channel_ids") or []:
                         if 0 <= c < len(self.tbch[r][t][ct]):
                             ep = (r, ct, self.tbch[r][t][ct][c])
+                            owner = self.chan_owner.setdefault(ep, t)
+                            if owner != t and (ep, t) not in shared:
+                                shared.add((ep, t))
+                                self.cx.add("plan-channel-shared", f"{ct} channel {ep[2]}'s semaphore is signalled or "
+                                            f"waited on by threadblocks {owner} and {t}", gpu=r, tb=t)
                             if signals:
                                 sent[ep][ctx] += 1
                             else:
