@@ -161,6 +161,18 @@ def test_max_message_size_keeps_offsets_in_uint32():
     assert max(g["input_chunks"], g["output_chunks"], g["scratch_chunks"]) * chunk <= 2**32 - 1
 
 
+def test_a_max_message_size_past_the_limits_is_a_warning_naming_the_size_to_set():
+    """MSCCL++'s generator writes max_message_size 2^64 - 1: the calls past uint32 offsets (and past 65,535 pipeline
+    iterations) are named, the plan is proved for the rest; past them at min_message_size, it is an error."""
+    plan = dict(mscclpp.plan_of(program(1, "direct", "allgather"), topo(1), name="d"), max_message_size=2**64 - 1)
+    report = verify_plan(plan, "allgather", "p.json")
+    assert report.ok and report.facts["semantics_checked"]
+    warned = {f.rule: str(f) for f in report.findings if f.severity == "warning"}
+    assert {"plan-offset-size", "plan-pipeline-size"} <= set(warned), warned
+    assert "set max_message_size to" in warned["plan-offset-size"]
+    assert {"plan-offset-range", "plan-pipeline"} <= rules(dict(plan, min_message_size=2**60))
+
+
 # --------------------------------------------------------------------------------------------------
 # mutations: each must be rejected with the rule that names it
 # --------------------------------------------------------------------------------------------------

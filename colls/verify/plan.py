@@ -82,11 +82,13 @@ PLAN_RULES: dict[str, tuple[str | None, str]] = {
     "plan-op-count": (LOAD, "more than 64 ops in a threadblock, pipeline bodies counted (MAX_OPERATION)"),
     "plan-pipeline": (UB, "a pipeline the kernel runs wrongly: unit not a positive multiple of 16, num_chunks < 1, "
                           "a body operand not num_chunks chunks (uint32 size - offset wraps), a nested pipeline, "
-                          "more than 65535 iterations (uint16)"),
+                          "more than 65535 iterations (uint16) at every call size the plan serves"),
     "plan-operand": (UB, "an operand outside its buffer's chunks"),
     "plan-operand-count": (UB, "more than 10 operands or 8 channels in one op (fixed arrays in Operation)"),
     "plan-offset-range": (UB, "an offset beyond uint32 at every call size the plan serves"),
     "plan-offset-size": (None, "offsets beyond uint32 for the largest calls max_message_size lets the plan take"),
+    "plan-pipeline-size": (None, "more than 65535 pipeline iterations for the largest calls max_message_size lets "
+                                 "the plan take"),
     "plan-channel-id": (UB, "a channel id outside the threadblock's or the GPU's channel list, or > 16 per type"),
     "plan-buffer-id": (UB, "a buffer id outside the threadblock's refs or the GPU's remote_buffers"),
     "plan-remote-buffer": (HANG, "a remote buffer of a rank this GPU has no channel of that type to"),
@@ -324,6 +326,7 @@ class _Model:
         self.unit = None                # the pipelines' unit_size
         self.packets = False            # the plan has packet ops
         self.widest = (0, None)         # the operand ending furthest into its buffer: (end in chunks, where)
+        self.pipeline_cap = (float("inf"), None)   # the largest chunk (bytes) every pipeline counts, and where
 
     def units_per_chunk(self) -> list[int]:
         """The chunk sizes, in pipeline units, the execution is checked at (see the module docstring)."""
@@ -371,27 +374,36 @@ class _Model:
                         self._check_pipeline(r, pos, k, op)
                 self._check_thread_sync(r, pos, _unrolled(tb["ops"], lambda p: 2))
         self._check_pairing()
-        self._check_offsets(lo, hi)
+        self._check_sizes(lo, hi)
 
-    def _check_offsets(self, lo: int, hi: int) -> None:
-        """Offsets are uint32 (execution_common.hpp): the largest call whose every operand ends within them, against
-        the plan's message sizes. None fits the smallest call: an error; some calls max_message_size admits do
-        not fit (MSCCL++'s own generator writes 2^64 - 1 there): a warning naming the size to set."""
-        end, where = self.widest
+    def _check_sizes(self, lo: int, hi: int) -> None:
+        """What bounds the call sizes a plan runs right: offsets are uint32 (execution_common.hpp), and a
+        pipeline's iterations a uint16_t (handlePipeline). The largest call within each, against the plan's
+        message sizes: none fits the smallest call, an error; some calls max_message_size admits do not fit
+        (MSCCL++'s own generator writes 2^64 - 1 there), a warning naming the size to set."""
         first = self.gpus[0]
         basis = first["output_chunks"] if self.plan["collective"] == "allgather" else first["input_chunks"]
-        if not end or not basis or not self.chunk_bytes or end * self.chunk_bytes <= rt.MAX_OFFSET:
+        if not basis or not self.chunk_bytes:
             return
         align = self.plan.get("buffer_alignment", rt.BUFFER_ALIGNMENT) or rt.BUFFER_ALIGNMENT
-        largest = rt.MAX_OFFSET // end // align * align * basis
-        name, r, t, k = where
+        end, where = self.widest
+        if end and end * self.chunk_bytes > rt.MAX_OFFSET:
+            name, r, t, k = where
+            self._size_finding(rt.MAX_OFFSET // end // align * align * basis, lo, hi, "plan-offset-range",
+                               "plan-offset-size", f"{name}: chunk {end} of its buffer ends beyond uint32", r, t, k)
+        cap, where = self.pipeline_cap
+        if where is not None and self.chunk_bytes > cap:
+            r, t, k = where
+            self._size_finding(cap // align * align * basis, lo, hi, "plan-pipeline", "plan-pipeline-size",
+                               "a pipeline runs more than 65535 iterations (handlePipeline counts them in a uint16_t)",
+                               r, t, k)
+
+    def _size_finding(self, largest, lo, hi, error, warning, what, r, t, k) -> None:
         if largest < max(lo, 1):
-            self.cx.add("plan-offset-range", f"{name}: chunk {end} of its buffer ends beyond uint32 at every call "
-                        f"size from min_message_size {lo}", gpu=r, tb=t, op=k)
+            self.cx.add(error, f"{what} at every call size from min_message_size {lo}", gpu=r, tb=t, op=k)
         else:
-            self.cx.add("plan-offset-size", f"{name}: chunk {end} of its buffer ends beyond uint32 for calls above "
-                        f"{largest} bytes, which max_message_size {hi} lets the plan take (they compute garbage): set "
-                        f"max_message_size to {largest}", gpu=r, tb=t, op=k)
+            self.cx.add(warning, f"{what} for calls above {largest} bytes, which max_message_size {hi} lets the plan "
+                        f"take (they compute garbage): set max_message_size to {largest}", gpu=r, tb=t, op=k)
 
     def _check_chunks(self, max_size) -> None:
         cx = self.cx
@@ -509,10 +521,11 @@ class _Model:
             self.unit = unit
         elif unit != self.unit:
             self.unmodelled.add(f"pipelines of unit sizes {self.unit} and {unit}")
-        iterations = -(-n * self.chunk_bytes // unit)
-        if iterations > rt.PIPELINE_MAX_ITERATIONS:
-            cx.add("plan-pipeline", f"{iterations} iterations at max_message_size: handlePipeline counts them in "
-                   "a uint16_t", gpu=r, tb=t, op=k)
+        # the largest chunk whose iterations a uint16_t counts (handlePipeline), against the plan's sizes after
+        # the static checks (_check_sizes)
+        cap = rt.PIPELINE_MAX_ITERATIONS * unit // n
+        if cap < self.pipeline_cap[0]:
+            self.pipeline_cap = (cap, (r, t, k))
         for j, inner in enumerate(op.get("ops") or []):
             if inner["name"] == "pipeline":
                 cx.add("plan-pipeline", "a pipeline inside a pipeline: the loader flattens one level only",
