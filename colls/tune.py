@@ -383,11 +383,19 @@ def compile_for_plans(topology, collective, method: str, **settings):
     the deeper file's threadblocks would be over 64 ops; cut into segments, the deeper one can be faster: 2 x
     MI250 trees allgather, 46 threadblocks and 4 chunks a tree as the first, 151 / 1,292 / 3,806 us at 16 MB /
     256 MB / 1 GB; 92 threadblocks and 2 copies cut, 119 / 1,295 / 3,825 us. Both can also stop at the same file
-    (1 x DGX-2 direct allreduce: 2 pieces a block in both, where the XML file has 8)."""
+    (1 x DGX-2 direct allreduce: 2 pieces a block in both, where the XML file has 8). With ``proto`` LL the plan
+    is a packet plan (never pipelined): the two are compared by their packet plans' times
+    (:func:`colls.simulate.plans.packet_score`)."""
     from colls import mscclpp
     from colls.runtimes.mscclpp import PLAN_PROOF_THREADBLOCKS
-    from colls.simulate.plans import fastest_slice
+    from colls.simulate.plans import fastest_slice, packet_score
     settings.pop("target", None)
+    packets = settings.get("proto") == "LL"         # a packet plan: not pipelined, timed as packets
+
+    def score(made) -> tuple:
+        if packets:
+            return None, packet_score(made.program, topology, SIZES)
+        return fastest_slice(made.program, topology, SIZES)
     # every plan written is proved, which holds memory in the square of its threadblocks in all
     settings["options"] = dict(settings.get("options") or {}, proof_threadblocks=PLAN_PROOF_THREADBLOCKS)
     # both candidates made in memory and not proved; only the one taken is proved, as compile_fastest does
@@ -395,12 +403,13 @@ def compile_for_plans(topology, collective, method: str, **settings):
     first = compile_fastest(topology, collective, method, target="exe",
                             fits=lambda deeper: mscclpp.fits(deeper.program, topology), **unproved)
     if not mscclpp.fits(first.program, topology):
-        return _with_unit(compile_fastest(topology, collective, method, target="mscclpp", **settings), topology)
+        made = compile_fastest(topology, collective, method, target="mscclpp", **settings)
+        return _with_unit(made, topology, None) if packets else _with_unit(made, topology)
     try:
         cut = compile_fastest(topology, collective, method, target="mscclpp", **unproved)
     except CollsError:
-        return _with_unit(_as_asked(first, settings), topology)
-    scored = {id(made): fastest_slice(made.program, topology, SIZES) for made in (first, cut)}
+        return _with_unit(_as_asked(first, settings), topology, None if packets else False)
+    scored = {id(made): score(made) for made in (first, cut)}
     chosen = cut if scored[id(cut)][1] < scored[id(first)][1] * (1 - COPIES_GAIN) else first
     return _with_unit(_as_asked(chosen, settings), topology, scored[id(chosen)][0])
 

@@ -150,6 +150,20 @@ def fastest_slice(program: Program, topology, sizes, *, inplace: bool = False) -
     return best
 
 
+def packet_score(program: Program, topology, sizes, *, inplace: bool = False) -> float:
+    """The geometric mean of the times (us) of ``program``'s packet plan at ``sizes``; infinite when no packet
+    plan can be written or it does not serve every one of them."""
+    try:
+        plan = mscclpp.plan_of(program, topology, name="packets", inplace=inplace, protocol="LL")
+    except CollsError:
+        return math.inf
+    mach = machine(program, topology, program.coll, None, "LL")
+    times = [time_plan(plan, program, topology, s, inplace=inplace, mach=mach) for s in sizes]
+    if not all(t.served for t in times):
+        return math.inf
+    return math.exp(sum(math.log(t.time_us) for t in times) / len(times))
+
+
 def unit_words(unit: int | None, protocol: str = "Simple") -> str:
     """How a plan's data moves: ``pipelined in 1 MiB slices``, ``whole steps (not pipelined)`` or ``LL packets``."""
     if protocol == "LL":
