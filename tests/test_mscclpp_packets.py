@@ -256,3 +256,44 @@ def test_mutant_two_threadblocks_signal_on_one_channel():
     with_channel = [tb for tb in tbs if tb["channels"]]
     with_channel[1]["channels"] = with_channel[0]["channels"]
     assert "plan-channel-shared" in rules(simple)
+
+
+def mscclpp_reduce():
+    """A Simple plan of the shape of MSCCL++'s own test/executor-tests/execution-plans/reduce.json (in-place
+    allreduce on 2 GPUs): each copies what its peer will read into scratch, then reads the peer's chunks
+    (rres, rre, get) and writes the sums into both GPUs' inputs."""
+    def wait_for_peer():
+        return [{"name": "nop"}, {"name": "signal", "channel_ids": [0], "channel_type": "memory"}, {"name": "nop"},
+                {"name": "wait", "channel_ids": [0], "channel_type": "memory"}, {"name": "nop"}]
+
+    def ranged(t, i, n=1):
+        return {"type": t, "index": i, "size": n}
+
+    def theirs(b, i, n=1):
+        return {"buffer_id": b, "index": i, "size": n}
+    ops0 = [_op("copy", [ranged("i", 2, 2)], [ranged("s", 2, 2)])] + wait_for_peer() + [
+        _op("rres", [ranged("i", 0), theirs(0, 0)], [ranged("i", 0), theirs(1, 0)], "memory", reduce_op="sum"),
+        _op("get", [theirs(0, 1)], [ranged("s", 1)], "memory", channel_ids=[0]), {"name": "nop"},
+        _op("res", [ranged("i", 1), ranged("s", 1)], [ranged("i", 1), theirs(1, 1)], "memory", reduce_op="sum")] \
+        + wait_for_peer()
+    ops1 = [_op("copy", [ranged("i", 0, 2)], [ranged("s", 0, 2)])] + wait_for_peer() + [
+        _op("rre", [ranged("i", 2, 2), theirs(0, 2, 2)], [ranged("i", 2, 2)], "memory", reduce_op="sum"),
+        {"name": "nop"}, _op("copy", [ranged("i", 2, 2)], [ranged("s", 2, 2)]), {"name": "nop"},
+        _op("put", [ranged("s", 2, 2)], [theirs(0, 2, 2)], "memory")] + wait_for_peer()
+    plan = _two_gpus("allreduce", (4, 4, 4), [_tb(0, ops0)], [_tb(0, ops1)])
+    plan.update(protocol="Simple", use_double_scratch_buffer=False)
+    plan["gpus"][0]["remote_buffers"].append({"rank": 1, "type": "i", "access_channel_types": ["memory"]})
+    plan["gpus"][0]["threadblocks"][0]["remote_buffer_refs"][0]["remote_buffer_ids"] = [0, 1]
+    plan["gpus"][1]["remote_buffers"][0]["type"] = "i"
+    return plan
+
+
+def test_remote_reads_are_followed():
+    """rre, rres and get read a peer's buffer: proved when the signal and wait order the read after the peer's
+    copy; reading before them is a race on the peer's chunk."""
+    report = verify_plan(mscclpp_reduce(), "allreduce", "p.json")
+    assert report.ok and report.facts["semantics_checked"], [str(f) for f in report.findings]
+    plan = mscclpp_reduce()
+    ops = plan["gpus"][0]["threadblocks"][0]["ops"]
+    ops.insert(1, ops.pop(next(k for k, op in enumerate(ops) if op["name"] == "rres")))
+    assert {"plan-race", "plan-uninitialised-read"} & rules(plan, "allreduce")

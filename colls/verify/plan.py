@@ -45,8 +45,12 @@ when, in every call, every rank finishes only after each peer it sends packets t
 start of call n + 1, which follows the peer's reads of call n). If other plans' calls come between, each is a
 collective whose every rank waits for data from every other, so the same argument holds across them.
 
+Remote reads (``rre``, ``rres``: a local source plus peers' chunks read through the memory channels' mappings,
+execution_kernel.hpp handleReadReduceSend; ``get`` with equal offsets) read the peer's memory with the reader's
+clock, so a read the peer's signal does not order after its writes is a race.
+
 The facts come from microsoft/mscclpp (:mod:`colls.runtimes.mscclpp`, each cited). What is not modelled
-(NVLS switch ops, remote reads ``rre``/``rres``/``get``, pipelines of different
+(NVLS switch ops, pipelines of different
 unit sizes in one plan, thread block groups) leaves the verdict ``unproven``.
 """
 
@@ -125,7 +129,7 @@ PLAN_RULES: dict[str, tuple[str | None, str]] = {
 _SIGNALS = ("signal", "rlxsignal")
 _WAITS = ("wait", "rlxwait")
 _MODELLED = frozenset({"nop", "barrier", "signal", "wait", "rlxsignal", "rlxwait", "put", "pws", "copy", "re",
-                       "res", "sem_acquire", "sem_release", "flush", "pipeline"}) | rt.PACKET_OPS
+                       "res", "rre", "rres", "get", "sem_acquire", "sem_release", "flush", "pipeline"}) | rt.PACKET_OPS
 
 
 def _packet_roles(op) -> tuple[range, range]:
@@ -600,18 +604,36 @@ class _Model:
                 cx.add("plan-op-form", f"{name} needs one source per destination, of equal sizes", gpu=r, tb=t, op=k)
             elif name != "copy" and any("buffer_id" not in b for b in dst) or any("type" not in b for b in src):
                 cx.add("plan-op-form", f"{name} reads local operands and writes remote ones", gpu=r, tb=t, op=k)
-        if name in ("re", "res"):
+        if name in ("re", "res", "rre", "rres"):
+            # re/res: local sources; rre/rres read the peers' (src[1:], over memory channels: execution_kernel.hpp
+            # handleReadReduceSend reads them through memoryChannelBufferPtrs_); res/rres also write dst[1:] remote
             src, dst = op.get("src_buff") or [], op.get("dst_buff") or []
             sizes = {b["size"] for b in src + dst}
-            if len(src) < 1 or not dst or "type" not in dst[0] or len(sizes) != 1 or any("type" not in b for b in src):
-                cx.add("plan-op-form", f"{name} needs local sources, a local destination first, one size",
+            remote_src = name in ("rre", "rres")
+            if len(src) < (2 if remote_src else 1) or not dst or "type" not in dst[0] or len(sizes) != 1 \
+                    or "type" not in src[0] or any(("type" in b) == remote_src for b in src[1:]):
+                cx.add("plan-op-form", f"{name} needs a local first source, {'remote' if remote_src else 'local'} "
+                       "other sources, a local destination first, one size", gpu=r, tb=t, op=k)
+            elif name in ("re", "rre") and len(dst) != 1:
+                cx.add("plan-op-form", f"{name} writes one local destination", gpu=r, tb=t, op=k)
+            elif (name in ("res", "rres") or remote_src) and (ct != "memory" or any("buffer_id" not in b for b in dst[1:])):
+                cx.add("plan-op-form", f"{name} reaches its peers over memory channels only", gpu=r, tb=t, op=k)
+        if name == "get":
+            src, dst = op.get("src_buff") or [], op.get("dst_buff") or []
+            if not src or len(src) != len(dst) or any("buffer_id" not in b for b in src) \
+                    or any("type" not in b for b in dst) or len({b["size"] for b in src + dst}) != 1 or ct != "memory":
+                cx.add("plan-op-form", "get copies remote operands into local ones of one size, over memory channels",
                        gpu=r, tb=t, op=k)
-            elif name == "re" and len(dst) != 1:
-                cx.add("plan-op-form", "re writes one local destination", gpu=r, tb=t, op=k)
-            elif name == "res" and (ct != "memory" or any("buffer_id" not in b for b in dst[1:])):
-                cx.add("plan-op-form", "res sends over memory channels to remote operands", gpu=r, tb=t, op=k)
+        # an op reading a peer's buffer reads one its channels reach
+        if name in ("rre", "rres", "get") and ct == "memory":
+            peers = {self.chans[r][ct][i] for i in self.tbch[r][t][ct]}
+            for b in op.get("src_buff") or []:
+                owner = self._remote(r, t, ct, b["buffer_id"]) if "buffer_id" in b else None
+                if owner is not None and owner[0] not in peers:
+                    cx.add("plan-wrong-peer", f"{name} reads rank {owner[0]}'s buffer, but the threadblock has no "
+                           f"{ct} channel to it", gpu=r, tb=t, op=k)
         # the destination of a put is the rank its channel connects to
-        if name in ("put", "pws", "res", "ppkt", "rppkt", "respkt", "recspkt") and ct in ("memory", "port"):
+        if name in ("put", "pws", "res", "rres", "ppkt", "rppkt", "respkt", "recspkt") and ct in ("memory", "port"):
             peers = {self.chans[r][ct][i] for i in self.tbch[r][t][ct]}
             dsts = op.get("dst_buff") or []
             for i, b in enumerate(dsts):
@@ -1059,14 +1081,20 @@ class _Execution:
             for u, v in zip(ud, values):
                 self._write(call, r, d["type"], u, v, i, False, where)
             return
-        if name in ("re", "res"):
+        if name == "get":             # a peer's chunks into local ones (equal offsets: the kernel swaps them)
+            for s, d in zip(src, dst):
+                values = [self._read_operand(call, r, t, ct, s, u, i, where) for u in self._units(s, sl)]
+                for u, v in zip(self._units(d, sl), values):
+                    self._write(call, r, d["type"], u, v, i, False, where)
+            return
+        if name in ("re", "res", "rre", "rres"):
             units_src = [self._units(b, sl) for b in src]
             units_dst = [self._units(b, sl) for b in dst]
             values = []
             for k in range(len(units_dst[0])):
                 acc = self._read(call, r, src[0]["type"], units_src[0][k], i, where)
                 for b, us in zip(src[1:], units_src[1:]):
-                    v = self._read(call, r, b["type"], us[k], i, where)
+                    v = self._read_operand(call, r, t, ct, b, us[k], i, where)
                     if acc is None or v is None:
                         self.cx.add("plan-uninitialised-read", f"{self.label}: {name} sums a chunk nothing had "
                                     "written", *where, calls=self.calls)
@@ -1171,6 +1199,13 @@ class _Execution:
         """(storage key, unit within the chunk) of a buffer's unit, aliases folded."""
         chunk, u = divmod(unit, self.units)
         return self._key(call, self.m.coll.alias(r, buf, chunk, self.inplace)), u
+
+    def _read_operand(self, call, r, t, ct, b, unit, i, where):
+        """A unit of an operand, local or a peer's (read through the channel's mapping of its buffer)."""
+        if "type" in b:
+            return self._read(call, r, b["type"], unit, i, where)
+        owner, buf = self.m._remote(r, t, ct, b["buffer_id"])
+        return self._read(call, owner, buf, unit, i, where)
 
     def _read(self, call, r, buf, unit, i, where):
         loc = (r,) + self._loc(call, r, buf, unit)
