@@ -855,7 +855,11 @@ class _Execution:
         self.ops = [_unrolled(m.gpus[r]["threadblocks"][t]["ops"], self._iterations) for _, r, t in self.tbs]
         self.pc = [0] * nt
         self.own = [0] * nt
-        self.clock = [np.zeros(nt, dtype=np.int64) for _ in range(nt)]
+        # a clock entry counts a threadblock's ops (each at most once per unrolled op, both calls apart): the
+        # narrowest integer that holds the longest threadblock's count (the clocks' memory is nt squared)
+        longest = max((len(ops) for ops in self.ops), default=0)
+        dtype = np.int16 if longest < np.iinfo(np.int16).max else np.int32
+        self.clock = [np.zeros(nt, dtype=dtype) for _ in range(nt)]
         self.started = [call == 0 for call, _, _ in self.tbs]
         self.inbox: dict = defaultdict(list)        # endpoint -> [(clock, own, tbi, async reads)]
         self.consumed: dict = defaultdict(int)
