@@ -1094,22 +1094,9 @@ class _Execution:
         if name in ("re", "res", "rre", "rres"):
             units_src = [self._units(b, sl) for b in src]
             units_dst = [self._units(b, sl) for b in dst]
-            values = []
-            for k in range(len(units_dst[0])):
-                acc = self._read(call, r, src[0]["type"], units_src[0][k], i, where)
-                for b, us in zip(src[1:], units_src[1:]):
-                    v = self._read_operand(call, r, t, ct, b, us[k], i, where)
-                    if acc is None or v is None:
-                        self.cx.add("plan-uninitialised-read", f"{self.label}: {name} sums a chunk nothing had "
-                                    "written", *where, calls=self.calls)
-                        acc = None
-                        continue
-                    try:
-                        acc = reduce_values(acc, v)
-                    except SymbolicError as e:
-                        self.cx.add("plan-double-count", f"{self.label}: {name} {e}", *where, calls=self.calls)
-                        acc = e.value
-                values.append(acc)
+            values = [self._sum(name, [self._read_operand(call, r, t, ct, b, us[k], i, where)
+                                       for b, us in zip(src, units_src)], where)
+                      for k in range(len(units_dst[0]))]
             for k, v in enumerate(values):
                 self._write(call, r, dst[0]["type"], units_dst[0][k], v, i, False, where)
                 for d, ud in zip(dst[1:], units_dst[1:]):
@@ -1134,22 +1121,7 @@ class _Execution:
 
         if name in ("repkt", "respkt", "recpkt", "recspkt"):
             got = [values(j) for j in range(len(src))]
-            out = []
-            for k in range(len(got[0])):
-                acc = got[0][k]
-                for more in got[1:]:
-                    if acc is None or more[k] is None:
-                        self.cx.add("plan-uninitialised-read", f"{self.label}: {name} sums a chunk nothing had "
-                                    "written", *where, calls=self.calls)
-                        acc = None
-                        continue
-                    try:
-                        acc = reduce_values(acc, more[k])
-                    except SymbolicError as e:
-                        self.cx.add("plan-double-count", f"{self.label}: {name} {e}", *where, calls=self.calls)
-                        acc = e.value
-                out.append(acc)
-            data = out
+            data = [self._sum(name, [terms[k] for terms in got], where) for k in range(len(got[0]))]
         pending = []
         for n, d in enumerate(dst):
             if name not in ("repkt", "respkt", "recpkt", "recspkt"):
@@ -1169,6 +1141,23 @@ class _Execution:
                 if name == "rppkt" and ct == "port":     # the proxy reads the sender's packets later
                     pending = [(loc, where) for loc in self._packet_locs(call, r, src[0])]
             self._write_packets(call, owner, d, data, i, "type" not in d, where, tuple(pending))
+
+    def _sum(self, name, terms, where):
+        """The reduction of a chunk's terms, in order (the kernels add the first source and each other in turn):
+        a term nothing had written, or an input counted twice, is a finding."""
+        acc = terms[0]
+        for v in terms[1:]:
+            if acc is None or v is None:
+                self.cx.add("plan-uninitialised-read", f"{self.label}: {name} sums a chunk nothing had written",
+                            *where, calls=self.calls)
+                acc = None
+                continue
+            try:
+                acc = reduce_values(acc, v)
+            except SymbolicError as e:
+                self.cx.add("plan-double-count", f"{self.label}: {name} {e}", *where, calls=self.calls)
+                acc = e.value
+        return acc
 
     def _write_packets(self, call, owner, b, data, i, remote, where, pending=()) -> None:
         for k, v in enumerate(data):
