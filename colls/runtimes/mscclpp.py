@@ -166,6 +166,9 @@ PIPELINE_UNITS = (PIPELINE_UNIT_BYTES, 1 << 19, 2 << 20, 4 << 20)
 # polls the same flag into the same half, so a replay can read the previous replay's packets as its own. colls
 # says so wherever it writes a packet plan (ROCm/TheRock issue 7871 reports wrong LL allreduce results under
 # graph capture with MSCCL++ on, in RCCL's embedded copy).
+# Which packet runs is the caller's choice, not the plan's: Executor::execute takes a PacketType (default LL16,
+# include/mscclpp/executor.hpp); MSCCL++ 0.8's NCCL API library asks LL8 for allreduce and the default for the
+# others (apps/nccl/src/nccl.cu). Both take twice the data's bytes, so a plan's scratch and offsets are the same.
 PACKET_OPS = frozenset({"ppkt", "rppkt", "cpkt", "upkt", "repkt", "respkt", "recpkt", "recspkt"})
 PACKET_SCRATCH_FACTOR = 2           # bytes of packet per byte of data (LL16 and LL8 alike)
 PACKET_REMOTE_MEMORY_ONLY = frozenset({"respkt", "recspkt"})
