@@ -158,12 +158,14 @@ def test_the_objective_charges_the_runtimes_costs(profile):
     """The model counted link time alone: at the size it was solved for, 2 x DGX A100's allgather simulated
     7.8x its objective, reduce-scatter 10.4x, allreduce 7.1x, alltoall 4.9x. It now charges the launch, a
     message's fixed cost, the proxy across nodes and a threadblock's copy rate at both ends: the allgather, whose
-    transfers each have a threadblock of their own, agrees within 10 %; the others stay above the objective by
-    what the model leaves out (the receivers' turns), under 1.6x."""
+    transfers each have a threadblock of their own, agrees within 10 %. With a GPU pair's transfers out of a
+    chunk's source on one threadblock and those a relay forwards on the other, one at a time each, as the
+    lowering lays them out, the reduce-scatter is within 15 % (17 % with any two at once), the allreduce 13 %
+    (13.4 and 14.5 %) and the alltoall 14 % (18.5 and 20 %): what is left is the receivers' turns."""
     from colls.simulate import simulate
     from colls.simulate.summary import _served_size
     topo = _load(profile, 2)
-    for kind, within in (("allgather", 1.1), ("reducescatter", 1.6), ("allreduce", 1.6), ("alltoall", 1.6)):
+    for kind, within in (("allgather", 1.1), ("reducescatter", 1.15), ("allreduce", 1.13), ("alltoall", 1.14)):
         c = pipeline.compile_schedule(topo, Collective(kind, topo.ngpus), "milp", in_memory=True, prove=False)
         info = c.schedule.info
         size = _served_size(info["message_bytes"], [c.program], kind)

@@ -44,16 +44,22 @@ the proxy's (``net_step_us``), the time one threadblock takes to copy S beyond t
 receiver's copy of S out of the connection's buffer (a receive works at one threadblock's rate too). The
 objective adds the call's launch once, and an in-place alltoall's copies out of scratch after the last
 transfer. Two constraints say what a GPU's threadblocks can do at once: a GPU pair's transfers share the
-lowering's two threadblocks (the hop's parity, :func:`_lanes`), each holding one for its fixed cost and its
-copy (``Problem.pair_lanes``: a cumulative of capacity 2 per pair), and on the reversed machine of a
-reduction a rank's transfers of one chunk start a copy's time apart (``Problem.fan``: in real time they are
-the partial sums it adds one after another, into one buffer). What it leaves out: the receiving
-threadblocks' turns, and the copies of the file (``--instances``). At the solved size, the objective against
-the simulated time of the file as solved (one copy), 2 nodes of every shipped profile: allgather 1.01-1.14x,
-reduce-scatter 1.17-1.27x, allreduce 1.12-1.23x, alltoall 1.12-1.38x (link time alone, as before these
-costs: 2.2-10.7x). Each constraint also makes the files faster where it binds (2 x DGX A100 reduce-scatter at
-1 MB, one copy: 90.6 -> 76.7 us with the fan; 2 x MI250 alltoall 209.9 -> 189.6 us with the pairs) and the
-solve slower (2 x DGX-2 alltoall: 1.0 s with link time alone, 5.6 s with the costs, 13.9 s with the pairs).
+lowering's two threadblocks, each holding one for its fixed cost and its copy (``Problem.pair_lanes``), and
+on the reversed machine of a reduction a rank's transfers of one chunk start a copy's time apart
+(``Problem.fan``: in real time they are the partial sums it adds one after another, into one buffer). The
+lowering puts a pair's transfers on a lane by their hop's parity (:func:`_lanes`): those that leave a chunk's
+source on one, those a relay forwards on the other. So while no pair can carry more transfers than a lane
+holds (``Problem.lane_ops``), each of the two classes runs one transfer at a time; beyond that, any two at
+once. Modelled as any two at once everywhere, two transfers out of a source to one peer could overlap in the
+model and ran one after the other in the file: a relay's partial sum reached the GPU that adds it 9 us after
+the solution said (2 x DGX A100 reduce-scatter at 1 MB), and every later addition in that GPU's chain waited.
+What it leaves out: the receiving threadblocks' turns, and the copies of the file (``--instances``). At the
+solved size, the simulated time of the file as solved (one copy) over the objective, 2 nodes of every shipped
+profile: allgather 0.99-1.07x, reduce-scatter 1.04-1.23x, allreduce 0.92-1.18x, alltoall 1.10-1.37x (any two at
+once: 1.02-1.14, 1.17-1.27, 1.12-1.23, 1.12-1.38; link time alone: 2.2-10.7x). The files get faster too (2 x
+MI250 reduce-scatter at 1 MB, one copy: 94.5 -> 81.8 us, allreduce 149.6 -> 135.4; 2 x DGX-2 alltoall 237.3 ->
+216.8; two slower: 2 x NDv2 reduce-scatter 129.4 -> 131.8, 2 x DGX H100 alltoall 104.3 -> 104.7), and solves
+take 0.2 to 18 s at 2 nodes but MI250's alltoall, 61 s (its deterministic time limit, on a 2-core machine).
 S is the chunk size a TACCL profile was measured at (``topology.meta["chunk_bytes"]``), or else a 1 MiB buffer
 per rank cut into the collective's ``nchunksperloop`` chunks (option ``size`` changes the buffer); ``info``
 records both.
@@ -321,7 +327,8 @@ class _Builder:
         problem = Problem(n, G, conns, items, kind != "alltoall", sk.senders_of, sk.own_chunks_first,
                           switch_pairs=switch_pairs, switch_strategy=strategy,
                           link_strategy=sk.strategy if sk.strategy in ("minmax", "maxmin") else None,
-                          unit_us=unit, any_path=kind == "broadcast", fan=fan, pair_lanes=PAIR_LANES)
+                          unit_us=unit, any_path=kind == "broadcast", fan=fan, pair_lanes=PAIR_LANES,
+                          lane_ops=LANE_OPS)
         perms, maps = [], []
         for offset, group in sk.symmetry:
             perm = symmetry_permutation(n, offset, group)

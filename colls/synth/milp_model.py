@@ -75,6 +75,11 @@ class Problem:
     # threadblocks a GPU pair's transfers share (the lowering's lanes): at most this many of its transfers hold
     # one at a time, each for its connection's ``busy`` (0: not modelled)
     pair_lanes: int = 0
+    # the most transfers a GPU pair's lane holds before the lowering spreads them over more lanes (milp's
+    # LANE_OPS): while no pair can carry more, its transfers from a chunk's source are on one lane and those a
+    # relay forwards on the other (the hop's parity, milp._lanes), one threadblock each, so each class holds one
+    # at a time (0: the pair's pair_lanes threadblocks, any transfer on any)
+    lane_ops: int = 0
     unit_us: float = 1.0
     notes: list = field(default_factory=list)
     # (chunk owner, relay) -> each rank's next ranks over the connections allowed to such a chunk, in the
@@ -226,7 +231,7 @@ def closure(perms: list, n: int, maps: list, count: int) -> tuple[list, dict]:
 
 
 # --- greedy start -------------------------------------------------------------------------------------
-def greedy(problem: Problem, cands: dict, orbits: dict, shared_times: bool) -> dict:
+def greedy(problem: Problem, cands: dict, orbits: dict, shared_times: bool, classes: bool = False) -> dict:
     """A feasible schedule by list scheduling: repeatedly the candidate transfer that arrives first
     (after its links' last transfers), applied to the chunk's whole symmetry orbit at once. Returns
     {(chunk, u, v): start}. Links carry one transfer after another, so the schedule satisfies the model
@@ -245,25 +250,28 @@ def greedy(problem: Problem, cands: dict, orbits: dict, shared_times: bool) -> d
     heap: list = []
     images: dict = {}       # (c, u, v) -> per orbit member (its arrivals, its u, its links): looked up once
     fanned: dict = defaultdict(int)   # (chunk, rank) -> when its next transfer of the chunk may start (fan)
-    lanes: dict = {}                  # GPU pair -> when each of its threadblocks is free (pair_lanes)
+    lanes: dict = {}                  # GPU pair (and class) -> when each of its threadblocks is free (pair_lanes)
+
+    def lane(g, c, u, v):
+        return ((g[u], g[v]), u == problem.chunks[c].src) if classes else (g[u], g[v])
 
     def earliest(arrived, gu, links, img, pair):
         """When a transfer from ``gu`` may start: its chunk there, the rank's transfer of it before ``fan``
-        ago, a threadblock of the pair free, and each of its links free."""
+        ago, a threadblock of the pair (its lane, with ``classes``) free, and each of its links free."""
         t = max(arrived[gu], fanned[img, gu], lanes[pair][0] if pair in lanes else 0)
         for link in links:
             if free[link] > t:
                 t = free[link]
         return t
 
-    def begin(img, g, u, v):
-        return earliest(have[img], g[u], conns[g[u], g[v]].links, img, (g[u], g[v]))
+    def begin(img, g, c, u, v):
+        return earliest(have[img], g[u], conns[g[u], g[v]].links, img, lane(g, c, u, v))
 
     def ready(c, u, v):
         key = (c, u, v)
         members = images.get(key)
         if members is None:
-            members = images[key] = [(have[img], g[u], conns[g[u], g[v]].links, img, (g[u], g[v]))
+            members = images[key] = [(have[img], g[u], conns[g[u], g[v]].links, img, lane(g, c, u, v))
                                      for g, img in orbits[c]]
         conn = conns[u, v]
         return max(starmap(earliest, members)) + conn.alpha + conn.beta
@@ -285,12 +293,12 @@ def greedy(problem: Problem, cands: dict, orbits: dict, shared_times: bool) -> d
             continue
         conn = conns[u, v]
         for g, img in orbits[c]:
-            start = now - conn.alpha - conn.beta if shared_times else begin(img, g, u, v)
+            start = now - conn.alpha - conn.beta if shared_times else begin(img, g, c, u, v)
             chosen[img, g[u], g[v]] = start
             have[img][g[v]] = start + conn.alpha + conn.beta
             fanned[img, g[u]] = start + problem.fan
             if problem.pair_lanes:      # on the pair's threadblock free first (each runs its transfers in turn)
-                ends = lanes.setdefault((g[u], g[v]), [0] * problem.pair_lanes)
+                ends = lanes.setdefault(lane(g, c, u, v), [0] * (1 if classes else problem.pair_lanes))
                 heapq.heapreplace(ends, start + conns[g[u], g[v]].busy)
             for link in conns[g[u], g[v]].links:
                 free[link] = max(free[link], start + conn.beta)
@@ -335,7 +343,13 @@ def solve(problem: Problem, settings: Settings) -> Solution:
         notes.append(f"symmetry: {len(group)} symmetric copies of every decision"
                      + (" (routes and times)" if shared else
                         " share their routes (not their times: their transfers would share links)"))
-    hint = greedy(problem, cands, orbits, shared)
+    # one lane per class of a pair's transfers (Problem.lane_ops) while no pair can carry more than a lane holds
+    carried: dict = defaultdict(int)
+    for members in cands.values():
+        for (u, v) in members:
+            carried[frozenset((u, v))] += 1
+    classes = bool(problem.pair_lanes and problem.lane_ops and max(carried.values(), default=0) <= problem.lane_ops)
+    hint = greedy(problem, cands, orbits, shared, classes)
     greedy_makespan = max(s + conns[u, v].alpha + conns[u, v].beta for (c, u, v), s in hint.items())
     ordering = problem.own_chunks_first and settings.ordering
     horizon = greedy_makespan if not ordering else \
@@ -410,22 +424,27 @@ def solve(problem: Problem, settings: Settings) -> Solution:
             m.add(T >= arrive[c, d])
     if ordering:
         _own_first(m, problem, x, start)
-    if problem.pair_lanes:  # a GPU pair's transfers share its threadblocks
+    if problem.pair_lanes:  # a GPU pair's transfers share its threadblocks (one per class of them: ``classes``)
         by_pair: dict = defaultdict(list)
         for key, s in start.items():
             c, u, v = key
             if conns[u, v].busy > 0:
-                by_pair[u, v].append((s, x[key]))
+                by_pair[(u, v), u == problem.chunks[c].src if classes else False].append((s, x[key]))
         seen: set = set()
-        for pair in sorted(by_pair):
-            ivs = by_pair[pair]
+        cap = 1 if classes else problem.pair_lanes
+        for pk in sorted(by_pair):
+            ivs = by_pair[pk]
             sig = tuple(sorted((s.index, lit.index) for s, lit in ivs))
-            if len(ivs) <= problem.pair_lanes or sig in seen:
+            if len(ivs) <= cap or sig in seen:
                 continue
             seen.add(sig)
-            busy = conns[pair].busy
-            m.add_cumulative([m.new_optional_fixed_size_interval_var(s, busy, lit, f"b{pair}{k}")
-                              for k, (s, lit) in enumerate(ivs)], [1] * len(ivs), problem.pair_lanes)
+            busy = conns[pk[0]].busy
+            intervals = [m.new_optional_fixed_size_interval_var(s, busy, lit, f"b{pk}{k}")
+                         for k, (s, lit) in enumerate(ivs)]
+            if cap == 1:
+                m.add_no_overlap(intervals)
+            else:
+                m.add_cumulative(intervals, [1] * len(ivs), cap)
     if problem.fan > 0:     # a rank's transfers of one chunk start fan apart (shared times: once per orbit)
         for c in (orbits if shared else range(len(problem.chunks))):
             out = defaultdict(list)
