@@ -160,12 +160,13 @@ def test_the_objective_charges_the_runtimes_costs(profile):
     message's fixed cost, the proxy across nodes and a threadblock's copy rate at both ends: the allgather, whose
     transfers each have a threadblock of their own, agrees within 10 %. With a GPU pair's transfers out of a
     chunk's source on one threadblock and those a relay forwards on the other, one at a time each, as the
-    lowering lays them out, the reduce-scatter is within 15 % (17 % with any two at once), the allreduce 13 %
-    (13.4 and 14.5 %) and the alltoall 14 % (18.5 and 20 %): what is left is the receivers' turns."""
+    lowering lays them out, and a GPU's additions of partial sums made in the order they arrive (as the model
+    spaces them), the reduce-scatter and the allreduce are within 5 % (17 % and 13-15 % before either), and the
+    alltoall within 14 % (18.5 and 20 %)."""
     from colls.simulate import simulate
     from colls.simulate.summary import _served_size
     topo = _load(profile, 2)
-    for kind, within in (("allgather", 1.1), ("reducescatter", 1.15), ("allreduce", 1.13), ("alltoall", 1.14)):
+    for kind, within in (("allgather", 1.1), ("reducescatter", 1.05), ("allreduce", 1.05), ("alltoall", 1.14)):
         c = pipeline.compile_schedule(topo, Collective(kind, topo.ngpus), "milp", in_memory=True, prove=False)
         info = c.schedule.info
         size = _served_size(info["message_bytes"], [c.program], kind)

@@ -53,13 +53,16 @@ holds (``Problem.lane_ops``), each of the two classes runs one transfer at a tim
 once. Modelled as any two at once everywhere, two transfers out of a source to one peer could overlap in the
 model and ran one after the other in the file: a relay's partial sum reached the GPU that adds it 9 us after
 the solution said (2 x DGX A100 reduce-scatter at 1 MB), and every later addition in that GPU's chain waited.
+A reduction's ops follow the partial sums' arrivals (:meth:`_Builder._reduce`), the order a GPU adds them in.
 What it leaves out: the receiving threadblocks' turns, and the copies of the file (``--instances``). At the
 solved size, the simulated time of the file as solved (one copy) over the objective, 2 nodes of every shipped
-profile: allgather 0.99-1.07x, reduce-scatter 1.04-1.23x, allreduce 0.92-1.18x, alltoall 1.10-1.37x (any two at
-once: 1.02-1.14, 1.17-1.27, 1.12-1.23, 1.12-1.38; link time alone: 2.2-10.7x). The files get faster too (2 x
-MI250 reduce-scatter at 1 MB, one copy: 94.5 -> 81.8 us, allreduce 149.6 -> 135.4; 2 x DGX-2 alltoall 237.3 ->
-216.8; two slower: 2 x NDv2 reduce-scatter 129.4 -> 131.8, 2 x DGX H100 alltoall 104.3 -> 104.7), and solves
-take 0.2 to 18 s at 2 nodes but MI250's alltoall, 61 s (its deterministic time limit, on a 2-core machine).
+profile: allgather 0.99-1.07x, reduce-scatter 1.00-1.13x, allreduce 0.93-1.15x, alltoall 1.10-1.37x, 13 of the
+20 within 10 % (any two at once and additions in the order the transfers start: 1.02-1.14, 1.17-1.27, 1.12-1.23,
+1.12-1.38, 4 of 20; link time alone: 2.2-10.7x). The files got faster with it: reduce-scatter at 1 MB, one copy,
+2 x DGX A100 76.7 -> 68.3 us, 2 x DGX H100 69.5 -> 60.0, 2 x DGX-2 93.2 -> 85.2, 2 x MI250 94.5 -> 80.0, 2 x NDv2
+129.4 -> 126.8; allreduce 106.4 -> 98.0, 95.0 -> 85.6, 126.7 -> 117.8, 149.6 -> 140.7, 209.2 -> 205.2; 2 x DGX-2
+alltoall 237.3 -> 216.8 (2 x DGX H100's 104.3 -> 104.7). Solves take 0.2 to 18 s at 2 nodes but MI250's alltoall,
+61 s (its deterministic time limit, on a 2-core machine).
 S is the chunk size a TACCL profile was measured at (``topology.meta["chunk_bytes"]``), or else a 1 MiB buffer
 per rank cut into the collective's ``nchunksperloop`` chunks (option ``size`` changes the buffer); ``info``
 records both.
@@ -448,12 +451,18 @@ class _Builder:
         """Ops of a reduction from the solved allgather/broadcast on the reversed machine: the send
         u -> v over [s, a] becomes v -> u over [T - a, T - s]. Chunk k is input ``k`` of every rank
         and ends in its owner's output ``o[out(k, owner)]``; partial sums wait in ``partial[k]`` on the
-        way. A GPU's first child is reduced with its own input, later ones with the partial sum."""
+        way. A GPU's first child is reduced with its own input, later ones with the partial sum.
+
+        The ops go in the order the partial sums arrive (T - s), which is the order a GPU adds them in: its
+        additions into one buffer are a chain, and the model spaces them a copy's time apart by arrival
+        (``Problem.fan``). In the order the transfers start (T - a), a partial sum that crosses the nodes
+        starts early and arrives last, and every addition after it in the chain waited for it: 2 x DGX A100
+        reduce-scatter at 1 MB, 76.4 -> 68.3 us simulated (objective 68.2)."""
         T = sol.makespan
         depth: dict = {}
         for k, u, v, s, a in sorted(sol.sends, key=lambda s: (s[3], s[4], s[0], s[1], s[2])):
             depth[k, v] = depth.get((k, u), 0) + 1
-        real = sorted(((T - a, T - s, k, v, u) for k, u, v, s, a in sol.sends))
+        real = sorted(((T - s, T - a, k, v, u) for k, u, v, s, a in sol.sends))
         has_partial: set = set()
         ops = []
         for step, (_, _, k, src, dst) in enumerate(real):
