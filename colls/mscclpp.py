@@ -551,12 +551,10 @@ def _packet_plan(program: Program, topology, name, inplace) -> dict:
     own = {g.id: g.s_chunks or 0 for g in program.gpus}
     packets = {gid: -(-n // 2) for gid, n in own.items()}   # packet index p starts at byte 2 p chunk >= raw's end
     for c in sorted(conns.values(), key=lambda c: (c.dst, c.src, c.chan)):
-        c.at = []
         for cnt in c.messages:
             c.at.append(packets[c.dst])
             packets[c.dst] += cnt
     for c in sorted(conns.values(), key=lambda c: (c.src, c.dst, c.chan)):
-        c.staged = []
         if c.ctype == "port":
             for cnt in c.messages:
                 c.staged.append(packets[c.src])
@@ -1176,7 +1174,7 @@ def _read_steps(ops: list, cin, cout, in_local, out_local, gpu: int, tb: int, se
                 i += 1
             for s in ids:
                 acquired(s, len(steps))
-                steps.append(Step(len(steps), "nop", "i", -1, "o", -1, 0))
+                steps.append(_read_step(len(steps), "nop"))
             i = released(i, len(steps) - 1)
             continue
         k = len(steps)
@@ -1215,7 +1213,7 @@ def _read_steps(ops: list, cin, cout, in_local, out_local, gpu: int, tb: int, se
         if step is None:
             if acquire is None and not (i < len(seq) and seq[i]["name"] == "sem_release"):
                 fail(f"{seq[i]['name']} where a step starts" if i < len(seq) else "at the end")
-            step = Step(k, "nop", "i", -1, "o", -1, 0)
+            step = _read_step(k, "nop")
         step.s = k
         i = released(i, k)
         if acquire is not None:
@@ -1224,15 +1222,21 @@ def _read_steps(ops: list, cin, cout, in_local, out_local, gpu: int, tb: int, se
     return steps
 
 
+def _read_step(k: int, typ: str, src=None, dst=None) -> Step:
+    """Step ``k`` of a threadblock read back from a plan, its operands (buffer, index, size) or none (a nop)."""
+    sb, so = (src[0], src[1]) if src else ("i", -1)
+    db, do = (dst[0], dst[1]) if dst else ("o", -1)
+    operand = src or dst
+    return Step(k, typ, sb, so, db, do, operand[2] if operand else 0)
+
+
 def _step_of(body: list, receives: bool, sends: bool, cout, fail, local):
     """The XML step one step's body ops are written for (see :func:`_tb_plan`)."""
     names = [op["name"] for op in body]
     port = sends and cout[0] == "port"
 
-    def step(typ, src=None, dst=None, cnt=None):
-        sb, so = (src[0], src[1]) if src else ("i", -1)
-        db, do = (dst[0], dst[1]) if dst else ("o", -1)
-        return Step(0, typ, sb, so, db, do, cnt if cnt is not None else (src or dst)[2])
+    def step(typ, src=None, dst=None):
+        return _read_step(0, typ, src, dst)
 
     if not receives and not sends:
         if not body:
@@ -1276,12 +1280,10 @@ def _first_packet(gpu: dict) -> int:
     found = []
     for tb in gpu["threadblocks"]:
         for op in tb["ops"]:
-            if op["name"] in ("upkt", "rppkt"):
-                found.append(op["src_buff"][0]["index"])
-            elif op["name"] in ("repkt", "respkt"):
-                found += [b["index"] for b in op["src_buff"][1:]]
-            elif op["name"] == "cpkt":
-                found.append(op["dst_buff"][0]["index"])
+            if op["name"] in rt.PACKET_OPS:
+                sp, dp = rt.packet_operands(op)
+                found += [op["src_buff"][j]["index"] for j in sp]
+                found += [op["dst_buff"][j]["index"] for j in dp if "type" in op["dst_buff"][j]]
     return min(found, default=0)
 
 
@@ -1295,9 +1297,7 @@ def _read_packet_steps(ops: list, gpu: int, tb: int, sems: dict, staging_from: i
     fail, local, released = rd.fail, rd.local, rd.released
 
     def step(typ, src=None, dst=None):
-        sb, so = (src[0], src[1]) if src else ("i", -1)
-        db, do = (dst[0], dst[1]) if dst else ("o", -1)
-        return Step(len(steps), typ, sb, so, db, do, (src or dst)[2])
+        return _read_step(len(steps), typ, src, dst)
 
     def kept(operand):                  # rrs (the sum kept in staging) or rrcs (kept in the program's buffer)
         b = local(operand)
@@ -1315,7 +1315,7 @@ def _read_packet_steps(ops: list, gpu: int, tb: int, sems: dict, staging_from: i
             while name(i) == "sem_acquire" and len(seq[i]["semaphore_ids"]) > 1:
                 for s in seq[i]["semaphore_ids"]:
                     acquired(s)
-                    steps.append(Step(len(steps), "nop", "i", -1, "o", -1, 0))
+                    steps.append(step("nop"))
                 i += 1
             i = released(i, len(steps) - 1)
             continue
@@ -1337,16 +1337,15 @@ def _read_packet_steps(ops: list, gpu: int, tb: int, sems: dict, staging_from: i
         elif kind == "upkt":
             forwards = nxt == "rppkt" and seq[i + 1]["src_buff"][0] == src[0]
             st, i = step("rcs" if forwards else "r", dst=local(dst[0])), i + (2 if forwards else 1)
-        elif kind == "respkt":
+        elif kind == "respkt" or kind == "repkt" and nxt == "cpkt" and name(i + 2) == "rppkt" \
+                and seq[i + 1]["src_buff"][0] == dst[0]:            # reduced and sent on (across nodes: packed, put)
             into = kept(dst[0])
-            st, i = (step("rrcs", local(src[0]), into) if into else step("rrs", local(src[0]))), i + 1
-        elif kind == "repkt" and nxt == "cpkt" and name(i + 2) == "rppkt" and seq[i + 1]["src_buff"][0] == dst[0]:
-            into = kept(dst[0])
-            st, i = (step("rrcs", local(src[0]), into) if into else step("rrs", local(src[0]))), i + 3
+            st = step("rrcs", local(src[0]), into) if into else step("rrs", local(src[0]))
+            i += 1 if kind == "respkt" else 3
         elif kind == "repkt":
             st, i = step("rrc", local(src[0]), local(dst[0])), i + 1
         elif kind == "sem_release" or waited and kind in (None, "sem_acquire"):    # a step that only waits or releases
-            st = Step(len(steps), "nop", "i", -1, "o", -1, 0)
+            st = step("nop")
         else:
             fail(f"{kind} where a step starts")
         i = released(i, len(steps))

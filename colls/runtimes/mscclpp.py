@@ -170,6 +170,23 @@ PIPELINE_UNITS = (PIPELINE_UNIT_BYTES, 1 << 19, 2 << 20, 4 << 20)
 # include/mscclpp/executor.hpp); MSCCL++ 0.8's NCCL API library asks LL8 for allreduce and the default for the
 # others (apps/nccl/src/nccl.cu). Both take twice the data's bytes, so a plan's scratch and offsets are the same.
 PACKET_OPS = frozenset({"ppkt", "rppkt", "cpkt", "upkt", "repkt", "respkt", "recpkt", "recspkt"})
+PACKET_REDUCE_OPS = frozenset({"repkt", "respkt", "recpkt", "recspkt"})     # src[0] data + packets, summed
+
+
+def packet_operands(op: dict) -> tuple[range, range]:
+    """The positions of an op's src_buff and dst_buff operands that are packets (the list above); the others
+    are data."""
+    name = op["name"]
+    ns, nd = len(op.get("src_buff") or []), len(op.get("dst_buff") or [])
+    if name in ("ppkt", "cpkt"):
+        return range(0), range(nd)
+    if name == "rppkt":
+        return range(min(ns, 1)), range(nd)
+    if name == "upkt":
+        return range(ns), range(0)
+    if name in PACKET_REDUCE_OPS:
+        return range(1, ns), range(1, nd)
+    return range(0), range(0)
 PACKET_SCRATCH_FACTOR = 2           # bytes of packet per byte of data (LL16 and LL8 alike)
 PACKET_REMOTE_MEMORY_ONLY = frozenset({"respkt", "recspkt"})
 PACKET_GRAPH_HAZARD = ("a packet plan must not run under CUDA graph capture: the executor's per-call flag is "

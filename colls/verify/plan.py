@@ -132,22 +132,6 @@ _MODELLED = frozenset({"nop", "barrier", "signal", "wait", "rlxsignal", "rlxwait
                        "res", "rre", "rres", "get", "sem_acquire", "sem_release", "flush", "pipeline"}) | rt.PACKET_OPS
 
 
-def _packet_roles(op) -> tuple[range, range]:
-    """The positions of an op's src_buff and dst_buff operands that are packets (colls.runtimes.mscclpp
-    PACKET_OPS): the others are data."""
-    name = op["name"]
-    ns, nd = len(op.get("src_buff") or []), len(op.get("dst_buff") or [])
-    if name in ("ppkt", "cpkt"):
-        return range(0), range(nd)
-    if name == "rppkt":
-        return range(min(ns, 1)), range(nd)
-    if name == "upkt":
-        return range(ns), range(0)
-    if name in ("repkt", "respkt", "recpkt", "recspkt"):
-        return range(1, ns), range(1, nd)
-    return range(0), range(0)
-
-
 class _Packet:
     """What a place in scratch holds once packets are written there: the value, the call whose flag they carry,
     the writer's clock when it wrote them, and the reads of the sender's packets the proxy makes for a port
@@ -284,24 +268,20 @@ def _lane(op) -> str:
     return "all"
 
 
-def _ranges(operands, sl=None, packed=()):
-    """Local operands as (buffer, first chunk, end chunk, slice): slice None is the whole operand. Those at the
-    positions ``packed`` are packets: twice the chunks, from twice the index (the kernel doubles the offset)."""
-    out = []
-    for j, b in enumerate(operands or ()):
-        if "type" in b:
-            f = rt.PACKET_SCRATCH_FACTOR if j in packed else 1
-            out.append((b["type"], f * b["index"], f * (b["index"] + b["size"]), sl))
-    return out
+def _ranges(operands, sl=None, factor=1):
+    """Local operands as (buffer, first chunk, end chunk, slice): slice None is the whole operand. ``factor``
+    2 for packets: twice the chunks, from twice the index (the kernel doubles the offset)."""
+    return [(b["type"], factor * b["index"], factor * (b["index"] + b["size"]), sl)
+            for b in operands or () if "type" in b]
 
 
 def _accesses(op, sl):
     """An op's local accesses for the thread check: (data writes, packet writes, data reads, packet reads)."""
-    sp, dp = _packet_roles(op)
+    sp, dp = rt.packet_operands(op)
     src, dst = op.get("src_buff") or [], op.get("dst_buff") or []
     def split(operands, packed):
-        data = _ranges([b for j, b in enumerate(operands) if j not in packed], sl)
-        return data, _ranges([b for j, b in enumerate(operands) if j in packed], sl, range(len(operands)))
+        return (_ranges([b for j, b in enumerate(operands) if j not in packed], sl),
+                _ranges([b for j, b in enumerate(operands) if j in packed], sl, rt.PACKET_SCRATCH_FACTOR))
     dw, pw = split(dst, dp)
     dr, pr = split(src, sp)
     return dw, pw, dr, pr
@@ -327,6 +307,7 @@ class _Model:
         self.partner: dict = {}         # (g, type, index) -> (peer, type, index)
         self.chan_owner: dict = {}      # (g, type, index) -> tb
         self.chunk_bytes = 0
+        self.basis = 0                  # the chunks a call's size counts (output for allgather, input otherwise)
         self.unit = None                # the pipelines' unit_size
         self.packets = False            # the plan has packet ops
         self.widest = (0, None)         # the operand ending furthest into its buffer: (end in chunks, where)
@@ -385,8 +366,7 @@ class _Model:
         pipeline's iterations a uint16_t (handlePipeline). The largest call within each, against the plan's
         message sizes: none fits the smallest call, an error; some calls max_message_size admits do not fit
         (MSCCL++'s own generator writes 2^64 - 1 there), a warning naming the size to set."""
-        first = self.gpus[0]
-        basis = first["output_chunks"] if self.plan["collective"] == "allgather" else first["input_chunks"]
+        basis = self.basis
         if not basis or not self.chunk_bytes:
             return
         align = self.plan.get("buffer_alignment", rt.BUFFER_ALIGNMENT) or rt.BUFFER_ALIGNMENT
@@ -431,8 +411,8 @@ class _Model:
                        "inconsistent')")
             elif self.kind not in ("broadcast", "reduce"):
                 self.coll = Collective(self.kind, self.n, c)
-        basis = oc if self.plan["collective"] == "allgather" else ic
-        self.chunk_bytes = -(-max_size // basis) if basis else 0
+        self.basis = oc if self.plan["collective"] == "allgather" else ic
+        self.chunk_bytes = -(-max_size // self.basis) if self.basis else 0
 
     def _check_channels(self) -> None:
         cx = self.cx
@@ -582,7 +562,7 @@ class _Model:
                            f"{len(self.tbch[r][t][ct])}", gpu=r, tb=t, op=k)
         elif name in _SIGNALS + _WAITS or (name in ("put", "pws") and "channel_type" not in op):
             cx.add("plan-op-form", f"{name} without a memory or port channel_type", gpu=r, tb=t, op=k)
-        packed = _packet_roles(op)
+        packed = rt.packet_operands(op)
         for key, roles in zip(("src_buff", "dst_buff"), packed):
             operands = op.get(key) or []
             if len(operands) > rt.MAX_OPERANDS:
@@ -624,32 +604,25 @@ class _Model:
                     or any("type" not in b for b in dst) or len({b["size"] for b in src + dst}) != 1 or ct != "memory":
                 cx.add("plan-op-form", "get copies remote operands into local ones of one size, over memory channels",
                        gpu=r, tb=t, op=k)
-        # an op reading a peer's buffer reads one its channels reach
+        # a peer's buffer an op reads (rre, rres, get) or writes is one of a rank its channels connect to
+        touched = []
         if name in ("rre", "rres", "get") and ct == "memory":
-            peers = {self.chans[r][ct][i] for i in self.tbch[r][t][ct]}
-            for b in op.get("src_buff") or []:
-                owner = self._remote(r, t, ct, b["buffer_id"]) if "buffer_id" in b else None
-                if owner is not None and owner[0] not in peers:
-                    cx.add("plan-wrong-peer", f"{name} reads rank {owner[0]}'s buffer, but the threadblock has no "
-                           f"{ct} channel to it", gpu=r, tb=t, op=k)
-        # the destination of a put is the rank its channel connects to
+            touched += [("reads", i, b) for i, b in enumerate(op.get("src_buff") or [])]
         if name in ("put", "pws", "res", "rres", "ppkt", "rppkt", "respkt", "recspkt") and ct in ("memory", "port"):
-            peers = {self.chans[r][ct][i] for i in self.tbch[r][t][ct]}
-            dsts = op.get("dst_buff") or []
-            for i, b in enumerate(dsts):
-                if "buffer_id" not in b:
-                    continue
-                owner = self._remote(r, t, ct, b["buffer_id"])
-                if owner is None:
-                    continue
-                if ct == "port" and i < len(ids) and 0 <= ids[i] < len(self.tbch[r][t][ct]):
-                    peer = self.chans[r][ct][self.tbch[r][t][ct][ids[i]]]
-                    if owner[0] != peer:
-                        cx.add("plan-wrong-peer", f"{name} writes rank {owner[0]}'s buffer over the channel to {peer}",
-                               gpu=r, tb=t, op=k)
-                elif owner[0] not in peers:
-                    cx.add("plan-wrong-peer", f"{name} writes rank {owner[0]}'s buffer, but the threadblock has no "
-                           f"{ct} channel to it", gpu=r, tb=t, op=k)
+            touched += [("writes", i, b) for i, b in enumerate(op.get("dst_buff") or [])]
+        peers = {self.chans[r][ct][i] for i in self.tbch[r][t][ct]} if touched else set()
+        for verb, i, b in touched:
+            owner = self._remote(r, t, ct, b["buffer_id"]) if "buffer_id" in b else None
+            if owner is None:
+                continue
+            if verb == "writes" and ct == "port" and i < len(ids) and 0 <= ids[i] < len(self.tbch[r][t][ct]):
+                peer = self.chans[r][ct][self.tbch[r][t][ct][ids[i]]]
+                if owner[0] != peer:
+                    cx.add("plan-wrong-peer", f"{name} writes rank {owner[0]}'s buffer over the channel to {peer}",
+                           gpu=r, tb=t, op=k)
+            elif owner[0] not in peers:
+                cx.add("plan-wrong-peer", f"{name} {verb} rank {owner[0]}'s buffer, but the threadblock has no "
+                       f"{ct} channel to it", gpu=r, tb=t, op=k)
 
     def _check_packet_op(self, r, t, k, op) -> None:
         """The operands a packet op's kernel reads (colls.runtimes.mscclpp, packets): data where it reads data,
@@ -660,15 +633,14 @@ class _Model:
             cx.add("plan-packet-protocol", f"{name} in a plan whose protocol is {self.plan['protocol']!r}",
                    gpu=r, tb=t, op=k)
         src, dst = op.get("src_buff") or [], op.get("dst_buff") or []
-        sp, dp = _packet_roles(op)
+        sp, dp = rt.packet_operands(op)
         remote_from = {"ppkt": 0, "rppkt": 0, "respkt": 1, "recspkt": 2}.get(name)
         want_src = {"ppkt": len(dst), "rppkt": 1, "cpkt": 1, "upkt": 1}.get(name)
         want_dst = {"cpkt": 1, "upkt": 1, "repkt": 1, "recpkt": 2}.get(name)
         why = None
         if not src or not dst or len({b["size"] for b in src + dst}) != 1:
             why = "needs sources and destinations of one size"
-        elif want_src is not None and len(src) != want_src or name in ("repkt", "respkt", "recpkt", "recspkt") \
-                and len(src) < 2:
+        elif want_src is not None and len(src) != want_src or name in rt.PACKET_REDUCE_OPS and len(src) < 2:
             why = "has the wrong number of sources"
         elif want_dst is not None and len(dst) != want_dst or remote_from is not None and len(dst) <= remote_from:
             why = "has the wrong number of destinations"
@@ -1024,7 +996,7 @@ class _Execution:
         writers' clocks are joined, and the proxy's reads of a port rppkt's source are complete."""
         src = op.get("src_buff") or []
         found = []
-        for j in _packet_roles(op)[0]:
+        for j in rt.packet_operands(op)[0]:
             for loc in self._packet_locs(call, r, src[j]):
                 v = self.mem.get(loc)
                 if not (isinstance(v, _Packet) and v.call == call):
@@ -1108,7 +1080,7 @@ class _Execution:
         reducing ones, written as data or as packets with this call's flag."""
         name, ct = op["name"], op.get("channel_type")
         src, dst = op.get("src_buff") or [], op.get("dst_buff") or []
-        sp, dp = _packet_roles(op)
+        sp, dp = rt.packet_operands(op)
 
         def values(j):
             b = src[j]
@@ -1119,12 +1091,12 @@ class _Execution:
                 return [self.mem[loc].value for loc in locs[::rt.PACKET_SCRATCH_FACTOR]]
             return [self._read(call, r, b["type"], u, i, where) for u in self._units(b, None)]
 
-        if name in ("repkt", "respkt", "recpkt", "recspkt"):
+        if name in rt.PACKET_REDUCE_OPS:
             got = [values(j) for j in range(len(src))]
             data = [self._sum(name, [terms[k] for terms in got], where) for k in range(len(got[0]))]
         pending = []
         for n, d in enumerate(dst):
-            if name not in ("repkt", "respkt", "recpkt", "recspkt"):
+            if name not in rt.PACKET_REDUCE_OPS:
                 data = values(0 if name in ("rppkt", "cpkt", "upkt") else n)
             if n not in dp:
                 for u, v in zip(self._units(d, None), data):
@@ -1174,11 +1146,10 @@ class _Execution:
     def _packet_order(self) -> None:
         """``plan-packet-call``: in each call, every rank that writes packets into a peer's scratch finishes only
         after the peer has started the call (module docstring)."""
-        ends: dict = {}
+        ends: dict = {}                             # (call, rank) -> what its threadblocks had seen at the end
+        members: dict = defaultdict(list)           # (call, rank) -> its threadblocks
         for idx, (call, r, _) in enumerate(self.tbs):
             ends[(call, r)] = np.maximum(ends[(call, r)], self.clock[idx]) if (call, r) in ends else self.clock[idx]
-        members: dict = defaultdict(list)
-        for idx, (call, r, _) in enumerate(self.tbs):
             members[(call, r)].append(idx)
         for a, b in sorted(self.packet_peers):
             for call in range(self.CALLS):
