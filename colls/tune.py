@@ -391,7 +391,7 @@ def compile_for_plans(topology, collective, method: str, **settings):
     from colls.simulate.plans import fastest_slice, packet_score
     settings.pop("target", None)
     packets = settings.get("proto") == "LL"         # a packet plan: not pipelined, timed as packets
-
+    unit = None if packets else False               # _with_unit: unpipelined, or the fastest unit
     def score(made) -> tuple:
         if packets:
             return None, packet_score(made.program, topology, SIZES)
@@ -403,12 +403,11 @@ def compile_for_plans(topology, collective, method: str, **settings):
     first = compile_fastest(topology, collective, method, target="exe",
                             fits=lambda deeper: mscclpp.fits(deeper.program, topology), **unproved)
     if not mscclpp.fits(first.program, topology):
-        made = compile_fastest(topology, collective, method, target="mscclpp", **settings)
-        return _with_unit(made, topology, None) if packets else _with_unit(made, topology)
+        return _with_unit(compile_fastest(topology, collective, method, target="mscclpp", **settings), topology, unit)
     try:
         cut = compile_fastest(topology, collective, method, target="mscclpp", **unproved)
     except CollsError:
-        return _with_unit(_as_asked(first, settings), topology, None if packets else False)
+        return _with_unit(_as_asked(first, settings), topology, unit)
     scored = {id(made): score(made) for made in (first, cut)}
     chosen = cut if scored[id(cut)][1] < scored[id(first)][1] * (1 - COPIES_GAIN) else first
     return _with_unit(_as_asked(chosen, settings), topology, scored[id(chosen)][0])

@@ -141,13 +141,20 @@ def fastest_slice(program: Program, topology, sizes, *, inplace: bool = False) -
     be written."""
     best = (rt.PIPELINE_UNIT_BYTES, math.inf)
     for unit, plan in slices(program, topology, inplace=inplace):
-        times = [time_plan(plan, program, topology, s, inplace=inplace) for s in sizes]
-        if not all(t.served for t in times):
+        score = _score(plan, program, topology, sizes, inplace)
+        if score == math.inf:
             return best
-        score = math.exp(sum(math.log(t.time_us) for t in times) / len(times))
         if score < best[1] * (1 - 1e-9):
             best = (unit, score)
     return best
+
+
+def _score(plan: dict, program: Program, topology, sizes, inplace: bool, mach: Machine | None = None) -> float:
+    """The geometric mean of ``plan``'s times (us) at ``sizes``; infinite when it does not serve every one."""
+    times = [time_plan(plan, program, topology, s, inplace=inplace, mach=mach) for s in sizes]
+    if not all(t.served for t in times):
+        return math.inf
+    return math.exp(sum(math.log(t.time_us) for t in times) / len(times))
 
 
 def packet_score(program: Program, topology, sizes, *, inplace: bool = False) -> float:
@@ -157,11 +164,7 @@ def packet_score(program: Program, topology, sizes, *, inplace: bool = False) ->
         plan = mscclpp.plan_of(program, topology, name="packets", inplace=inplace, protocol="LL")
     except CollsError:
         return math.inf
-    mach = machine(program, topology, program.coll, None, "LL")
-    times = [time_plan(plan, program, topology, s, inplace=inplace, mach=mach) for s in sizes]
-    if not all(t.served for t in times):
-        return math.inf
-    return math.exp(sum(math.log(t.time_us) for t in times) / len(times))
+    return _score(plan, program, topology, sizes, inplace, machine(program, topology, program.coll, None, "LL"))
 
 
 def unit_words(unit: int | None, protocol: str = "Simple") -> str:
