@@ -47,7 +47,7 @@ from colls.program import Gpu, Program, Step, Threadblock, rotated
 from colls.schedule import TRANSIENT, Op, Schedule, channel_peers, fewest_threadblocks
 from colls.runtimes import Target
 from colls.verify.execution import fifo_messages
-from colls.topology import rank_offset
+from colls.topology import node_rotation, rank_offset
 
 
 @dataclass
@@ -61,8 +61,9 @@ class LowerOptions:
     sms: int | None = None  # threadblocks per GPU must not exceed this (all resident at once)
     shape: tuple = (0, 0)   # the machine's node-major layout (Topology.node_major): peers ordered by offset
     # a limit the step count only approximates (MSCCL++'s ops per threadblock): the threadblocks of a program
-    # it refuses, as (gpu, tb id); their connections are cut onto more channels, then every threadblock
-    fits: Callable[[Program], list] | None = field(default=None, compare=False)
+    # it refuses, as (gpu, tb id), among its ranks 0..d-1 (all when d is None); their connections are cut onto
+    # more channels, then every threadblock
+    fits: Callable[[Program, int | None], list] | None = field(default=None, compare=False)
 
 
 @dataclass(eq=False, slots=True)
@@ -112,8 +113,12 @@ def lower_by_symmetry(schedule: Schedule, target: Target, options: LowerOptions 
     """:func:`lower` for a schedule that rotation by ``d`` ranks maps onto itself (:meth:`Schedule.rotation`):
     only ranks ``0..d-1`` are lowered, from the ops they send or receive, and every other rank gets its
     representative's program relabelled (:func:`colls.program.rotated`). None where the schedule has no such
-    symmetry, where a limit the steps only approximate decides the layout (MSCCL++), or where what one rank
-    waits for would have to be cut by a fusion split (the whole schedule is then lowered by :func:`lower`).
+    symmetry, where what one rank waits for would have to be cut by a fusion split, or, with a limit the steps
+    only approximate (``options.fits``, MSCCL++'s ops), where no rotation by whole nodes maps the schedule onto
+    itself (the whole schedule is then lowered by :func:`lower`). That limit is asked of ranks ``0..d-1`` of the
+    program rotated whole, and a connection it has cut is cut at the same steps in every image: the whole
+    lowering, whose program is the same at every rank of an orbit, refuses every image of a refused
+    threadblock and cuts every image of its connections at the same steps.
 
     Every choice the lowering makes for a rank (segments, fusions, threadblocks, dependencies, order) reads
     only that rank's ops, in the schedule's order; the one global question, whether a small call can wait on
@@ -121,11 +126,18 @@ def lower_by_symmetry(schedule: Schedule, target: Target, options: LowerOptions 
     graph is a closed walk of the quotient, so a quotient without one leaves the whole graph without one. The
     file is proved like any other (:mod:`colls.verify` checks the symmetry it finds there itself)."""
     options = options or LowerOptions()
-    rot = schedule.rotation() if options.fits is None else None
+    rot = schedule.rotation()
     if rot is None:
         return None
     shift, slices = rot
     coll = schedule.collective
+    if options.fits is not None:
+        # what options.fits counts (a threadblock's ops in an MSCCL++ plan) also depends on which peers share a
+        # node (memory or port channels): rotated by a whole number of nodes as well, every rank's count is its
+        # representative's (colls.mscclpp.over_budget's ranks; tests/test_lower.py compares both ways)
+        shift = node_rotation(shift, options.shape)
+        if shift is None:
+            return None
     try:
         program = _lower_all(schedule, target, options, (shift, slices))
     except _Asymmetric:
@@ -180,7 +192,8 @@ def _lower_all(schedule: Schedule, target: Target, options: LowerOptions, sym: t
                                                     len(lanes), lane_chan, cuts, limit_tbs, sym)
             if program is not None and not over:
                 return program
-            if not over or not _cut_more(cuts, over, all_ops, nseg, nsteps, base, lane_chan, target):
+            if not over or not _cut_more(cuts, over, all_ops, nseg, nsteps, base, lane_chan, target,
+                                         None if sym is None else (sym[0], schedule.collective.nranks)):
                 break
         if moved:   # more segments only leave fewer channels for the peers (or none): refused now, not after all
             raise LimitError(f"{last_error}, once the peers one channel cannot hold have channels of their "
@@ -268,7 +281,14 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
     if steps > target.max_steps:
         return None, (f"{schedule.method} {schedule.collective.kind}: needs {steps} steps in one "
                       f"threadblock; {target.name} allows {target.max_steps}"), []
-    refused = options.fits(program) if options.fits is not None else []
+    refused = []
+    if options.fits is not None:
+        whole = program
+        if sym is not None:     # the peers' threadblocks say what a connection carries: every rank, relabelled
+            coll = schedule.collective
+            whole = replace(program, gpus=rotated(program.gpus, coll.nranks, reps, sym[1],
+                                                  {"i": coll.in_chunks, "o": coll.out_chunks}))
+        refused = options.fits(whole, reps)
     if refused:
         by_id = {(g.id, tb.id): tb for g in program.gpus for tb in g.tbs}
         over = [(gpu, tid, by_id[gpu, tid].chan, by_id[gpu, tid].recv, by_id[gpu, tid].send)
@@ -374,10 +394,12 @@ def _peer_parts(all_ops: list, nseg: int, nsteps: int, base: int, lane_chan: dic
 
 
 def _cut_more(cuts: dict, over: list, all_ops: list, nseg: int, nsteps: int, base: int, lane_chan: dict,
-              target: Target) -> bool:
+              target: Target, sym: tuple | None = None) -> bool:
     """Cut the connections the refused threadblocks ``over`` use (their receive and their send) in one
     part more, at the quantiles of their ops' steps; False when that needs more channels than the target
-    has, or cuts nothing new (the caller then cuts every threadblock: more step segments)."""
+    has, or cuts nothing new (the caller then cuts every threadblock: more step segments). ``sym = (d, n)``:
+    ``over`` and ``all_ops`` are those of ranks ``0..d-1`` (:func:`lower_by_symmetry`), and each connection
+    cut is cut alike in its images under rotation by ``d`` of ``n`` ranks (a step keeps its number)."""
     width = base * nseg
     wanted = set()
     for gpu, _, chan, recv, send in over:
@@ -392,7 +414,7 @@ def _cut_more(cuts: dict, over: list, all_ops: list, nseg: int, nsteps: int, bas
             key = (op.src, op.dst, lane_chan[op.lane] + _step_segment(op.step, nseg, nsteps))
             if key in wanted:
                 steps[key].append(op.step)
-    changed = False
+    made = {}
     for key, at in steps.items():
         if cuts.get(key, [0])[0] == -1:     # moved whole by _peer_parts: its peers' channel stays
             continue
@@ -402,9 +424,14 @@ def _cut_more(cuts: dict, over: list, all_ops: list, nseg: int, nsteps: int, bas
         at.sort()
         new = sorted({at[len(at) * i // parts] for i in range(1, parts)} - {at[0]})
         if new != cuts.get(key, []):
-            cuts[key] = new
-            changed = True
-    return changed
+            made[key] = new
+    for key, new in made.items():       # after all: a key and its image may both be wanted
+        cuts[key] = new
+        if sym is not None:
+            (d, n), (src, dst, c) = sym, key
+            for k in range(d, n, d):
+                cuts[(src + k) % n, (dst + k) % n, c] = new
+    return bool(made)
 
 
 def _least_steps(ops: list[Op], chan_of) -> int:

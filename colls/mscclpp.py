@@ -53,6 +53,7 @@ import json
 from colls.errors import CollsError
 from colls.program import STEP_SEMANTICS, Gpu, Program, Step, Threadblock
 from colls.runtimes import mscclpp as rt
+from colls.topology import node_rotation
 
 # Slots per connection: 2. With one slot each put waits for the receiver to have consumed the previous
 # message (a round trip per message); with two the sender fills one slot while the receiver drains the
@@ -165,18 +166,23 @@ def plan_of(program: Program, topology, *, name: str, inplace: bool | None = Non
         raise CollsError(str(e), key="ops") from None
 
 
-def fits(program: Program, topology) -> bool:
+def fits(program: Program, topology, shift: int | None = None) -> bool:
     """Whether every threadblock's plan of ``program`` stays within MSCCL++'s 64 ops pipelined (as
     :func:`plan_of` writes it by default); anything else the writer would refuse is left to it, with its own
-    message."""
-    return not over_budget(program, topology, rt.PIPELINE_UNIT_BYTES)
+    message. ``shift``: a rotation the program is symmetric under (its proof's, colls.verify.symmetry): only
+    the GPUs of one orbit under the rotation by whole nodes it generates are written (:func:`over_budget`)."""
+    ranks = node_rotation(shift, topology.node_major()) if shift else None
+    return not over_budget(program, topology, rt.PIPELINE_UNIT_BYTES, ranks)
 
 
-def over_budget(program: Program, topology, slice_bytes: int | None = None) -> list[tuple[int, int]]:
+def over_budget(program: Program, topology, slice_bytes: int | None = None,
+                ranks: int | None = None) -> list[tuple[int, int]]:
     """The threadblocks (gpu, tb id) whose plan, written whole (pipelined by ``slice_bytes``), has more than
-    MSCCL++'s 64 ops (the lowering cuts their connections onto more channels: colls.lower.LowerOptions.fits)."""
+    MSCCL++'s 64 ops (the lowering cuts their connections onto more channels: colls.lower.LowerOptions.fits).
+    ``ranks``: those of GPUs ``0..ranks-1`` only (a GPU's ops read its own threadblocks, the messages of its
+    connections and whether each peer shares its node; colls.lower.lower_by_symmetry)."""
     try:
-        _plan(program, topology, "fits", None, SLOTS, slice_bytes)
+        _plan(program, topology, "fits", None, SLOTS, slice_bytes, ranks)
     except _OverBudget as e:
         return e.over
     except CollsError:
@@ -218,7 +224,8 @@ def slice_of(plan: dict) -> int | None:
     return None
 
 
-def _plan(program: Program, topology, name, inplace, slots: int, slice_bytes: int | None) -> dict:
+def _plan(program: Program, topology, name, inplace, slots: int, slice_bytes: int | None,
+          ranks: int | None = None) -> dict:
     kind, inplace = _checked(program, name, inplace)
     conns = _connections(program, topology)
     channels = _channel_lists(program, conns)
@@ -236,7 +243,7 @@ def _plan(program: Program, topology, name, inplace, slots: int, slice_bytes: in
             scratch[c.src] += c.slot * c.slots
 
     gpus, over, first = [], [], None
-    for g in program.gpus:
+    for g in program.gpus[:ranks]:
         try:
             gpus.append(_gpu_plan(program, g, conns, channels[g.id], scratch[g.id], slice_bytes))
         except _OverBudget as e:

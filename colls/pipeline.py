@@ -655,7 +655,7 @@ def _plan_fits(tgt: Target, topology: Topology):
     if tgt.name != "mscclpp":
         return None
     from colls import mscclpp
-    return lambda program: mscclpp.over_budget(program, topology, mscclpp.rt.PIPELINE_UNIT_BYTES)
+    return lambda program, ranks=None: mscclpp.over_budget(program, topology, mscclpp.rt.PIPELINE_UNIT_BYTES, ranks)
 
 
 def _finish(topology: Topology, base: Schedule, schedule: Schedule, program: Program, method: str, tgt: Target,

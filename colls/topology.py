@@ -352,3 +352,15 @@ def rank_offset(shape: tuple[int, int], c: int, v: int):
     if not nodes or not per:
         return c
     return ((c // per - v // per) % nodes, (c % per - v % per) % per)
+
+
+def node_rotation(shift: int, shape: tuple[int, int]) -> int | None:
+    """The smallest rotation by whole nodes that a rotation by ``shift`` ranks generates on a node-major machine
+    of ``shape`` (:meth:`Topology.node_major`): rank ``r`` and ``r + k d`` then sit alike in their nodes, so each
+    pair of ranks and its image either share a node or do not (what an MSCCL++ plan's channel types read). None
+    without such a layout, or when it is no rotation at all (every rank its own orbit)."""
+    nodes, per = shape
+    if not nodes or not per:
+        return None
+    d = math.lcm(shift, per)
+    return d if d < nodes * per and (nodes * per) % d == 0 else None

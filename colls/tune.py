@@ -400,9 +400,10 @@ def compile_for_plans(topology, collective, method: str, **settings):
     settings["options"] = dict(settings.get("options") or {}, proof_threadblocks=PLAN_PROOF_THREADBLOCKS)
     # both candidates made in memory and not proved; only the one taken is proved, as compile_fastest does
     unproved = dict(settings, in_memory=True, prove=False)
-    first = compile_fastest(topology, collective, method, target="exe",
-                            fits=lambda deeper: mscclpp.fits(deeper.program, topology), **unproved)
-    if not mscclpp.fits(first.program, topology):
+    def fits(made) -> bool:     # a program proved by symmetry: one orbit's GPUs written
+        return mscclpp.fits(made.program, topology, made.report.facts.get("symmetry", {}).get("ranks_run"))
+    first = compile_fastest(topology, collective, method, target="exe", fits=fits, **unproved)
+    if not fits(first):
         return _with_unit(compile_fastest(topology, collective, method, target="mscclpp", **settings), topology, unit)
     try:
         cut = compile_fastest(topology, collective, method, target="mscclpp", **unproved)

@@ -2,6 +2,7 @@
 where MSCCL++'s limits do not hold them, and mutated plans rejected with the rule that names the fault."""
 
 import copy
+import dataclasses
 import json
 
 import pytest
@@ -488,3 +489,30 @@ def test_an_acquire_on_several_threads_is_joined_by_a_nop_before_the_next_op():
     one.add({"name": "sem_acquire", "semaphore_ids": [0]}, "t0")
     one.add({"name": "wait", "channel_ids": [0], "channel_type": "memory"}, "t0")
     assert [op["name"] for op in one.ops] == ["sem_acquire", "wait"]      # one thread: nothing to join
+
+
+def test_plans_lowered_by_symmetry_are_those_every_rank_lowered_makes():
+    """The lowering for plans cuts the connections of threadblocks over MSCCL++'s 64 ops; by symmetry it asks
+    the ops of one orbit's GPUs under a rotation by whole nodes (a GPU's ops read whether its peers share its
+    node) and cuts each connection's images alike. 4 x DGX A100's ring allgather is rotated by two nodes and
+    cut several times: the program is the one the whole lowering makes, and the threadblocks over the budget
+    seen from one orbit are the images of those seen from every GPU."""
+    from colls import lower
+    from colls.pipeline import _plan_fits
+    from colls.synth import ring
+    topo = hardware.load_topology("dgx-a100", 4)
+    tgt = dataclasses.replace(rt.LOWERING, max_tbs=64)
+    schedule = ring.synthesize(topo, Collective("allgather", topo.ngpus), max_steps=tgt.max_steps,
+                               max_channels=tgt.max_channels)
+    assert schedule.rotation()[0] == 2 * topo.gpus_per_node
+    cuts = []
+    options = lower.LowerOptions(sms=topo.min_sms(), shape=topo.node_major(), fits=_plan_fits(tgt, topo))
+    whole = lower.lower(schedule, tgt, options)
+    spy = dataclasses.replace(options, fits=lambda p, ranks=None: cuts.append(ranks) or options.fits(p, ranks))
+    assert lower.lower_by_symmetry(schedule, tgt, spy) == whole
+    assert cuts[0] == 16 and len(cuts) > 2            # cut more than once, one orbit of 16 GPUs asked
+    uncut = lower.lower(schedule, tgt, lower.LowerOptions(sms=topo.min_sms(), shape=topo.node_major()))
+    every = set(mscclpp.over_budget(uncut, topo, rt.PIPELINE_UNIT_BYTES))
+    orbit = set(mscclpp.over_budget(uncut, topo, rt.PIPELINE_UNIT_BYTES, 16))
+    assert orbit and every == {(g + k, t) for g, t in orbit for k in (0, 16)}
+    assert not mscclpp.fits(uncut, topo, 2 * topo.gpus_per_node) and mscclpp.fits(whole, topo, 16)
