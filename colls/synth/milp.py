@@ -48,21 +48,30 @@ lowering's two threadblocks, each holding one for its fixed cost and its copy (`
 on the reversed machine of a reduction a rank's transfers of one chunk start a copy's time apart
 (``Problem.fan``: in real time they are the partial sums it adds one after another, into one buffer). The
 lowering puts a pair's transfers on a lane by their hop's parity (:func:`_lanes`): those that leave a chunk's
-source on one, those a relay forwards on the other. So while no pair can carry more transfers than a lane
-holds (``Problem.lane_ops``), each of the two classes runs one transfer at a time; beyond that, any two at
-once. Modelled as any two at once everywhere, two transfers out of a source to one peer could overlap in the
-model and ran one after the other in the file: a relay's partial sum reached the GPU that adds it 9 us after
-the solution said (2 x DGX A100 reduce-scatter at 1 MB), and every later addition in that GPU's chain waited.
-A reduction's ops follow the partial sums' arrivals (:meth:`_Builder._reduce`), the order a GPU adds them in.
-What it leaves out: the receiving threadblocks' turns, and the copies of the file (``--instances``). At the
-solved size, the simulated time of the file as solved (one copy) over the objective, 2 nodes of every shipped
-profile: allgather 0.99-1.07x, reduce-scatter 1.00-1.13x, allreduce 0.93-1.15x, alltoall 1.10-1.37x, 13 of the
-20 within 10 % (any two at once and additions in the order the transfers start: 1.02-1.14, 1.17-1.27, 1.12-1.23,
-1.12-1.38, 4 of 20; link time alone: 2.2-10.7x). The files got faster with it: reduce-scatter at 1 MB, one copy,
-2 x DGX A100 76.7 -> 68.3 us, 2 x DGX H100 69.5 -> 60.0, 2 x DGX-2 93.2 -> 85.2, 2 x MI250 94.5 -> 80.0, 2 x NDv2
-129.4 -> 126.8; allreduce 106.4 -> 98.0, 95.0 -> 85.6, 126.7 -> 117.8, 149.6 -> 140.7, 209.2 -> 205.2; 2 x DGX-2
-alltoall 237.3 -> 216.8 (2 x DGX H100's 104.3 -> 104.7). Solves take 0.2 to 18 s at 2 nodes but MI250's alltoall,
-61 s (its deterministic time limit, on a 2-core machine).
+source on one, those a relay forwards on the other, a third hop on the first's again. So while no pair can carry
+more transfers than a lane holds (``Problem.lane_ops``), each of the two classes runs one transfer at a time
+(every candidate is on a hop-shortest path, so a transfer's hop, and its class, is fixed by where it leaves:
+``milp_model._hop_parity``); beyond that, any two at once. Modelled as any two at once everywhere, two transfers
+out of a source to one peer could overlap in the model and ran one after the other in the file: a relay's partial
+sum reached the GPU that adds it 9 us after the solution said (2 x DGX A100 reduce-scatter at 1 MB), and every
+later addition in that GPU's chain waited. A lane's connection holds the runtime's FIFO of two messages
+(``Problem.fifo``, colls.verify.execution.FIFO_MESSAGES): a transfer starts only while fewer than two of its
+lane's are in flight, from their start until the receiver has them. Without it the model ran a lane's
+transfers across the nodes a copy apart, where the file sends two and waits out their 14 us to the other node
+(2 x DGX-2 alltoall: the 32 transfers GPU 0 sends GPU 16 end 44 us after the solution said, 217 us simulated
+against an objective of 173). A reduction's ops follow the partial sums' arrivals (:meth:`_Builder._reduce`),
+the order a GPU adds them in. What it leaves out: the receiving threadblocks' turns, and the copies of the file
+(``--instances``). At the solved size, the simulated time of the file as solved (one copy) over the objective, 2
+nodes of every shipped profile: allgather 1.02-1.09x, reduce-scatter 1.00-1.13x, allreduce 1.02-1.10x, alltoall
+1.00-1.12x, 15 of the 20 within 10 % (without the FIFO: 0.99-1.07, 1.00-1.13, 0.93-1.15, 1.10-1.37, 13 of 20; any
+two at once and additions in the order the transfers start as well: 1.02-1.14, 1.17-1.27, 1.12-1.23, 1.12-1.38, 4
+of 20; link time alone: 2.2-10.7x). Files at 1 MB, one copy, before the lanes and the arrival order -> with them
+-> with the FIFO too: reduce-scatter 2 x DGX A100 76.7 -> 68.3 -> 68.2 us, 2 x DGX H100 69.5 -> 60.0 -> 60.0, 2 x
+DGX-2 93.2 -> 85.2 -> 85.2, 2 x MI250 94.5 -> 80.0 -> 78.2, 2 x NDv2 129.4 -> 126.8 -> 126.2; allreduce 106.4 ->
+98.0 -> 98.0, 95.0 -> 85.6 -> 85.6, 126.7 -> 117.8 -> 117.8, 149.6 -> 140.7 -> 134.4, 209.2 -> 205.2 -> 211.8 (the
+one slower: its solve stops at the time limit); alltoall 2 x DGX A100 126.4 -> 122.2, 2 x DGX-2 237.3 -> 216.8 ->
+216.8. Solves take 0.3 to 26 s at 2 nodes but MI250's alltoall, 49 s (its deterministic time limit, on a 2-core
+machine; DGX-2's and DGX H100's alltoall 0.4 and 21 s before the FIFO's constraints).
 S is the chunk size a TACCL profile was measured at (``topology.meta["chunk_bytes"]``), or else a 1 MiB buffer
 per rank cut into the collective's ``nchunksperloop`` chunks (option ``size`` changes the buffer); ``info``
 records both.
@@ -158,6 +167,7 @@ from colls.synth.common import schedule_facts, too_many_gpus
 from colls.synth.direct import staged_blocks
 from colls.synth.milp_model import Chunk, Connection, Problem, Settings, chunk_map, closure, solve
 from colls.topology import Topology
+from colls.verify.execution import FIFO_MESSAGES
 
 METHOD = "milp"
 KINDS = ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast", "reduce")
@@ -331,7 +341,7 @@ class _Builder:
                           switch_pairs=switch_pairs, switch_strategy=strategy,
                           link_strategy=sk.strategy if sk.strategy in ("minmax", "maxmin") else None,
                           unit_us=unit, any_path=kind == "broadcast", fan=fan, pair_lanes=PAIR_LANES,
-                          lane_ops=LANE_OPS)
+                          lane_ops=LANE_OPS, fifo=FIFO_MESSAGES)
         perms, maps = [], []
         for offset, group in sk.symmetry:
             perm = symmetry_permutation(n, offset, group)

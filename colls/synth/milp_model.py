@@ -80,6 +80,9 @@ class Problem:
     # relay forwards on the other (the hop's parity, milp._lanes), one threadblock each, so each class holds one
     # at a time (0: the pair's pair_lanes threadblocks, any transfer on any)
     lane_ops: int = 0
+    # messages a connection holds (the runtime's FIFO): a transfer on a lane starts only while fewer than this many
+    # of the lane's transfers are in flight, from their start until the receiver has them (0: not modelled)
+    fifo: int = 0
     unit_us: float = 1.0
     notes: list = field(default_factory=list)
     # (chunk owner, relay) -> each rank's next ranks over the connections allowed to such a chunk, in the
@@ -231,7 +234,7 @@ def closure(perms: list, n: int, maps: list, count: int) -> tuple[list, dict]:
 
 
 # --- greedy start -------------------------------------------------------------------------------------
-def greedy(problem: Problem, cands: dict, orbits: dict, shared_times: bool, classes: bool = False) -> dict:
+def greedy(problem: Problem, cands: dict, orbits: dict, shared_times: bool, parity: dict | None = None) -> dict:
     """A feasible schedule by list scheduling: repeatedly the candidate transfer that arrives first
     (after its links' last transfers), applied to the chunk's whole symmetry orbit at once. Returns
     {(chunk, u, v): start}. Links carry one transfer after another, so the schedule satisfies the model
@@ -251,14 +254,17 @@ def greedy(problem: Problem, cands: dict, orbits: dict, shared_times: bool, clas
     images: dict = {}       # (c, u, v) -> per orbit member (its arrivals, its u, its links): looked up once
     fanned: dict = defaultdict(int)   # (chunk, rank) -> when its next transfer of the chunk may start (fan)
     lanes: dict = {}                  # GPU pair (and class) -> when each of its threadblocks is free (pair_lanes)
+    flight: dict = {}                 # GPU pair (and class) -> when each of its FIFO's messages is received (fifo)
 
     def lane(g, c, u, v):
-        return ((g[u], g[v]), u == problem.chunks[c].src) if classes else (g[u], g[v])
+        return ((g[u], g[v]), parity[c][u]) if parity is not None else (g[u], g[v])
 
     def earliest(arrived, gu, links, img, pair):
         """When a transfer from ``gu`` may start: its chunk there, the rank's transfer of it before ``fan``
-        ago, a threadblock of the pair (its lane, with ``classes``) free, and each of its links free."""
-        t = max(arrived[gu], fanned[img, gu], lanes[pair][0] if pair in lanes else 0)
+        ago, a threadblock of the pair (the lane of its hop's parity, with ``parity``) free, a message of its FIFO
+        received, and each of its links free."""
+        t = max(arrived[gu], fanned[img, gu], lanes[pair][0] if pair in lanes else 0,
+                flight[pair][0] if pair in flight else 0)
         for link in links:
             if free[link] > t:
                 t = free[link]
@@ -298,8 +304,11 @@ def greedy(problem: Problem, cands: dict, orbits: dict, shared_times: bool, clas
             have[img][g[v]] = start + conn.alpha + conn.beta
             fanned[img, g[u]] = start + problem.fan
             if problem.pair_lanes:      # on the pair's threadblock free first (each runs its transfers in turn)
-                ends = lanes.setdefault(lane(g, c, u, v), [0] * (1 if classes else problem.pair_lanes))
+                ends = lanes.setdefault(lane(g, c, u, v), [0] * (1 if parity is not None else problem.pair_lanes))
                 heapq.heapreplace(ends, start + conns[g[u], g[v]].busy)
+            if problem.pair_lanes and problem.fifo:     # and its FIFO's message received first
+                held = flight.setdefault(lane(g, c, u, v), [0] * (problem.fifo * len(ends)))
+                heapq.heapreplace(held, start + conn.alpha + conn.beta)
             for link in conns[g[u], g[v]].links:
                 free[link] = max(free[link], start + conn.beta)
         at[c] = v
@@ -348,8 +357,10 @@ def solve(problem: Problem, settings: Settings) -> Solution:
     for members in cands.values():
         for (u, v) in members:
             carried[frozenset((u, v))] += 1
-    classes = bool(problem.pair_lanes and problem.lane_ops and max(carried.values(), default=0) <= problem.lane_ops)
-    hint = greedy(problem, cands, orbits, shared, classes)
+    classes = bool(problem.pair_lanes and problem.lane_ops and not problem.any_path
+                   and max(carried.values(), default=0) <= problem.lane_ops)
+    parity = _hop_parity(problem, cands) if classes else None
+    hint = greedy(problem, cands, orbits, shared, parity)
     greedy_makespan = max(s + conns[u, v].alpha + conns[u, v].beta for (c, u, v), s in hint.items())
     ordering = problem.own_chunks_first and settings.ordering
     horizon = greedy_makespan if not ordering else \
@@ -429,7 +440,7 @@ def solve(problem: Problem, settings: Settings) -> Solution:
         for key, s in start.items():
             c, u, v = key
             if conns[u, v].busy > 0:
-                by_pair[(u, v), u == problem.chunks[c].src if classes else False].append((s, x[key]))
+                by_pair[(u, v), parity[c][u] if classes else 0].append((s, x[key]))
         seen: set = set()
         cap = 1 if classes else problem.pair_lanes
         for pk in sorted(by_pair):
@@ -445,6 +456,21 @@ def solve(problem: Problem, settings: Settings) -> Solution:
                 m.add_no_overlap(intervals)
             else:
                 m.add_cumulative(intervals, [1] * len(ivs), cap)
+    if problem.pair_lanes and problem.fifo:     # a lane's connection holds fifo messages from start to receipt
+        flying: dict = defaultdict(list)
+        for key, s in start.items():
+            c, u, v = key
+            flying[(u, v), parity[c][u] if classes else 0].append((s, x[key], conns[u, v].alpha + conns[u, v].beta))
+        seen = set()
+        cap = problem.fifo * (1 if classes else problem.pair_lanes)
+        for pk in sorted(flying):
+            ivs = flying[pk]
+            sig = tuple(sorted((s.index, lit.index) for s, lit, _ in ivs))
+            if len(ivs) <= cap or sig in seen:
+                continue
+            seen.add(sig)
+            m.add_cumulative([m.new_optional_fixed_size_interval_var(s, d, lit, f"h{pk}{k}")
+                              for k, (s, lit, d) in enumerate(ivs)], [1] * len(ivs), cap)
     if problem.fan > 0:     # a rank's transfers of one chunk start fan apart (shared times: once per orbit)
         for c in (orbits if shared else range(len(problem.chunks))):
             out = defaultdict(list)
@@ -505,6 +531,20 @@ def solve(problem: Problem, settings: Settings) -> Solution:
     else:
         state = "gap limit" if status == _OPTIMAL else "time limit"
     return Solution(sends, makespan, bound, state, seconds, greedy_makespan, len(x), notes)
+
+
+def _hop_parity(problem: Problem, cands: dict) -> dict:
+    """Per chunk, each rank it can leave from -> the parity of its hops from the chunk's source there: every
+    candidate lies on a hop-shortest path (:meth:`Problem.candidates`, without ``any_path``), so a transfer's hop
+    is fixed by where it leaves, and the lowering's lane of it is that hop's parity (milp._lanes: a relay's
+    receive and its forward on two threadblocks). A pair's transfers of one parity run one after another."""
+    out = {}
+    for c, members in cands.items():
+        nxt = defaultdict(list)
+        for (u, v) in members:
+            nxt[u].append(v)
+        out[c] = {u: d % 2 for u, d in _bfs(nxt, problem.chunks[c].src).items()}
+    return out
 
 
 def _orbits(problem: Problem, group: list) -> tuple[dict, dict]:
