@@ -372,7 +372,7 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
     low = 1 << (count.bit_length() - 1)
     tried = []
     for other in sorted({low, 2 * low} - {count}):
-        if method == "ring" and not ring.fits(collective, other, tgt.max_steps, tgt.max_channels):
+        if method == "ring" and not ring.fits(collective, other, tgt.max_steps, tgt.max_channels, tgt.max_tbs):
             continue                # the loader refuses it whatever the lowering: not lowered to be refused
         try:
             alt = _planned(topology, collective, method, target, instances, dict(options or {}, **{option: other}),

@@ -387,6 +387,16 @@ def test_ring_counts_fit_the_channels_once_their_steps_are_split():
     assert fitting_counts(coll, range(1, 9), None, None) == list(range(1, 9))
 
 
+def test_ring_counts_whose_instructions_cannot_fit_the_threadblocks_are_left_out():
+    """An MSCCL++ plan of 256 GPUs holds 12 threadblocks a GPU (the proof's 3,072 in all), of at most 62 steps:
+    one allreduce ring runs 510 instructions a rank (9 threadblocks at least), two 1,020 (17): only one ring is
+    worth lowering. Across 128 GPUs and 24 threadblocks, up to 5 rings (1,270 instructions, 21 threadblocks)."""
+    from colls.synth.ring import fits, fitting_counts
+    assert fitting_counts(Collective("allreduce", 256), range(1, 14), 62, 256, 12) == [1]
+    assert not fits(Collective("allreduce", 256), 2, 62, 256, 12) and fits(Collective("allreduce", 256), 2, 62, 256)
+    assert fitting_counts(Collective("allreduce", 128), range(1, 14), 62, 256, 24) == [1, 2, 3, 4, 5]
+
+
 def test_a_power_of_two_ring_count_the_channels_cannot_hold_is_not_lowered(monkeypatch):
     """128 ranks' broadcast: the default 6 rings leave 768 chunks per loop, so the powers of two beside it are
     the candidates; 8 rings need 40 channels (5 segments each), which no lowering brings under 32: only 4 is

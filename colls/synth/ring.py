@@ -849,19 +849,29 @@ def segments_needed(collective: Collective, rings: int, max_steps: int) -> int:
 
 
 def fitting_counts(collective: Collective, counts, max_steps: int | None,
-                   max_channels: int | None) -> list[int]:
+                   max_channels: int | None, max_tbs: int | None = None) -> list[int]:
     """The ring counts in ``counts`` whose rings, each split into :func:`segments_needed` segments,
-    fit ``max_channels`` channels (all of ``counts`` when no limits are given; at least the smallest)."""
+    fit ``max_channels`` channels and whose instructions can fit ``max_tbs`` threadblocks (all of ``counts``
+    when no limits are given; at least the smallest)."""
     counts = sorted(counts)
-    fit = [r for r in counts if fits(collective, r, max_steps, max_channels)]
+    fit = [r for r in counts if fits(collective, r, max_steps, max_channels, max_tbs)]
     return fit or counts[:1]
 
 
-def fits(collective: Collective, rings: int, max_steps: int | None, max_channels: int | None) -> bool:
+def fits(collective: Collective, rings: int, max_steps: int | None, max_channels: int | None,
+         max_tbs: int | None = None) -> bool:
     """Whether ``rings`` rings, each split into :func:`segments_needed` step segments, fit ``max_channels``
-    channels (true when no limits are given). A count that does not is refused by the loader whatever the
-    lowering (copies only add channels)."""
-    if not max_steps or not max_channels:
+    channels (true when no limits are given), and a rank's instructions of all of them fit ``max_tbs``
+    threadblocks of ``max_steps`` steps. A count that does not is refused by the loader whatever the
+    lowering (copies only add channels and threadblocks; segments and the lowering's stores only add
+    instructions). The threadblocks matter where they are few for the rank count: an MSCCL++ plan of 256
+    GPUs holds 12 a GPU (colls proves a plan of 3,072 in all), and 2 rings of an allreduce there run 1,020
+    instructions a rank, 17 threadblocks of 62 at least."""
+    if not max_steps:
+        return True
+    if max_tbs and -(-rings * instructions_per_ring(collective, rings) // max_steps) > max_tbs:
+        return False
+    if not max_channels:
         return True
     return rings * segments_needed(collective, rings, max_steps) <= max_channels
 
@@ -882,8 +892,9 @@ def synthesize(topology: Topology, collective: Collective, *, rings: int | None 
     max_rings : the largest default count to consider (the pipeline lowers it when a program with
         more rings exceeded the target's limits).
     options : ``max_tbs`` (the threadblocks per GPU the target runs) sizes an alltoall's copy lanes
-        (:func:`_alltoall`), ``inplace`` False stages none of its blocks; the others are accepted and ignored
-        (the pipeline passes every method the same options).
+        (:func:`_alltoall`) and leaves out the default counts whose instructions cannot fit it (:func:`fits`),
+        ``inplace`` False stages none of its blocks; the others are accepted and ignored (the pipeline passes
+        every method the same options).
 
     Raises CollsError when the rank count is not the topology's GPU count, ``rings`` is out of range, or
     the fabric has no ring (a needed pair has no route).
@@ -906,7 +917,8 @@ def synthesize(topology: Topology, collective: Collective, *, rings: int | None 
             schedule.info["note"] = "alltoall shifts use one lane; rings ignored"
         return schedule
     top = min(planner.default_count, max_rings or planner.default_count)
-    counts = [rings] if rings else fitting_counts(collective, range(1, top + 1), max_steps, max_channels)
+    counts = [rings] if rings else fitting_counts(collective, range(1, top + 1), max_steps, max_channels,
+                                                  options.get("max_tbs"))
     sets = planner.ring_sets(counts)
     tried = {count: model_algbw(topology, collective, ring_set) for count, ring_set in sets.items()}
     best_count = min(tried, key=lambda count: (-tried[count], count))
