@@ -473,7 +473,7 @@ def _compile_method(topology, collective, method, target, instances, proto, min_
     settings = dict(instances=instances, proto=proto, min_bytes=min_bytes, max_bytes=max_bytes,
                     mode=mode, progress=progress, in_memory=in_memory, prove=prove)
     if method == "ring" and "rings" not in options and collective.kind != "alltoall":
-        return _compile_ring(topology, collective, tgt, options, settings)
+        return _compile_ring(topology, collective, tgt, options, settings, planned)
     if method == "hier" and "unit" not in options:
         return _compile_hier(topology, collective, tgt, options, settings)
     if method != "trees" or "trees_per_gpu" in options:     # planned: made with these very options
@@ -543,24 +543,26 @@ def budgeted(tgt: Target, max_threadblocks: int | None) -> Target:
     return replace(tgt, max_tbs=min(tgt.max_tbs, max_threadblocks), tbs_budget=max_threadblocks)
 
 
-def _compile_ring(topology, collective, tgt, options, settings) -> Compiled:
-    """The default ring count first; while the program exceeds the target's limits (threadblocks,
-    channels), the best count among the smaller ones: among the powers of two when the collective's chunks
-    are one (the default), so that the file's chunks per loop still divide the power-of-two calls users make
-    (6 rings of 16 ranks would leave 96 chunks per loop, which divide no power-of-two call: the runtime
-    would never run the file)."""
+def _compile_ring(topology, collective, tgt, options, settings, planned: Schedule | None = None) -> Compiled:
+    """The default ring count first (``planned``: its schedule, made with these options); while the program
+    exceeds the target's limits (threadblocks, channels), the best count among the smaller ones: among the
+    powers of two when the collective's chunks are one (the default), so that the file's chunks per loop still
+    divide the power-of-two calls users make (6 rings of 16 ranks would leave 96 chunks per loop, which divide
+    no power-of-two call: the runtime would never run the file)."""
     refused: list = []
     pow2 = not collective.chunks & (collective.chunks - 1)
     while True:
         seen: dict = {}
         try:
-            result = _compile_once(topology, collective, "ring", tgt, options, seen=seen, **settings)
+            result = _compile_once(topology, collective, "ring", tgt, options, seen=seen, schedule=planned,
+                                   **settings)
         except LimitError as e:
             rings = seen.get("rings", 1)
             refused.append((rings, str(e)))
             if rings <= 1:
                 raise
             options = dict(options, max_rings=1 << ((rings - 1).bit_length() - 1) if pow2 else rings - 1)
+            planned = None
             continue
         if refused:
             _note_chunks(result)
