@@ -134,7 +134,7 @@ def lower_by_symmetry(schedule: Schedule, target: Target, options: LowerOptions 
     if options.fits is not None:
         # what options.fits counts (a threadblock's ops in an MSCCL++ plan) also depends on which peers share a
         # node (memory or port channels): rotated by a whole number of nodes as well, every rank's count is its
-        # representative's (colls.mscclpp.over_budget's ranks; tests/test_lower.py compares both ways)
+        # representative's (colls.mscclpp.over_budget's ranks; tests/test_mscclpp.py compares both ways)
         shift = node_rotation(shift, options.shape)
         if shift is None:
             return None
