@@ -69,9 +69,10 @@ of 20; link time alone: 2.2-10.7x). Files at 1 MB, one copy, before the lanes an
 -> with the FIFO too: reduce-scatter 2 x DGX A100 76.7 -> 68.3 -> 68.2 us, 2 x DGX H100 69.5 -> 60.0 -> 60.0, 2 x
 DGX-2 93.2 -> 85.2 -> 85.2, 2 x MI250 94.5 -> 80.0 -> 78.2, 2 x NDv2 129.4 -> 126.8 -> 126.2; allreduce 106.4 ->
 98.0 -> 98.0, 95.0 -> 85.6 -> 85.6, 126.7 -> 117.8 -> 117.8, 149.6 -> 140.7 -> 134.4, 209.2 -> 205.2 -> 211.8 (the
-one slower: its solve stops at the time limit); alltoall 2 x DGX A100 126.4 -> 122.2, 2 x DGX-2 237.3 -> 216.8 ->
-216.8. Solves take 0.3 to 26 s at 2 nodes but MI250's alltoall, 49 s (its deterministic time limit, on a 2-core
-machine; DGX-2's and DGX H100's alltoall 0.4 and 21 s before the FIFO's constraints).
+one slower: its solve stops at the time limit); alltoall 2 x DGX A100 126.4 -> 122.2, 2 x DGX H100 104.7 -> 99.4,
+2 x DGX-2 237.3 -> 216.8 -> 216.8. Solves take 0.3 to 26 s at 2 nodes but MI250's alltoall, 49 s (its
+deterministic time limit, on a 2-core machine; DGX-2's and DGX H100's alltoall took 0.4 and 0.3 s without the
+FIFO's constraints, 23 and 21 s with them).
 S is the chunk size a TACCL profile was measured at (``topology.meta["chunk_bytes"]``), or else a 1 MiB buffer
 per rank cut into the collective's ``nchunksperloop`` chunks (option ``size`` changes the buffer); ``info``
 records both.
