@@ -436,41 +436,30 @@ def solve(problem: Problem, settings: Settings) -> Solution:
     if ordering:
         _own_first(m, problem, x, start)
     if problem.pair_lanes:  # a GPU pair's transfers share its threadblocks (one per class of them: ``classes``)
-        by_pair: dict = defaultdict(list)
+        lanes: dict = defaultdict(list)
         for key, s in start.items():
             c, u, v = key
-            if conns[u, v].busy > 0:
-                by_pair[(u, v), parity[c][u] if classes else 0].append((s, x[key]))
-        seen: set = set()
+            lanes[(u, v), parity[c][u] if classes else 0].append((s, x[key]))
+        once: dict = {}     # a symmetric copy's lane holds its representative's variables: stated once
+        for pk in sorted(lanes):
+            once.setdefault(tuple(sorted((s.index, lit.index) for s, lit in lanes[pk])), pk)
         cap = 1 if classes else problem.pair_lanes
-        for pk in sorted(by_pair):
-            ivs = by_pair[pk]
-            sig = tuple(sorted((s.index, lit.index) for s, lit in ivs))
-            if len(ivs) <= cap or sig in seen:
+        for pk in once.values():        # each transfer holds a threadblock of its lane for its ``busy``
+            ivs, busy = lanes[pk], conns[pk[0]].busy
+            if busy <= 0 or len(ivs) <= cap:
                 continue
-            seen.add(sig)
-            busy = conns[pk[0]].busy
             intervals = [m.new_optional_fixed_size_interval_var(s, busy, lit, f"b{pk}{k}")
                          for k, (s, lit) in enumerate(ivs)]
             if cap == 1:
                 m.add_no_overlap(intervals)
             else:
                 m.add_cumulative(intervals, [1] * len(ivs), cap)
-    if problem.pair_lanes and problem.fifo:     # a lane's connection holds fifo messages from start to receipt
-        flying: dict = defaultdict(list)
-        for key, s in start.items():
-            c, u, v = key
-            flying[(u, v), parity[c][u] if classes else 0].append((s, x[key], conns[u, v].alpha + conns[u, v].beta))
-        seen = set()
-        cap = problem.fifo * (1 if classes else problem.pair_lanes)
-        for pk in sorted(flying):
-            ivs = flying[pk]
-            sig = tuple(sorted((s.index, lit.index) for s, lit, _ in ivs))
-            if len(ivs) <= cap or sig in seen:
+        for pk in once.values() if problem.fifo else ():    # and a message of its FIFO from start to receipt
+            ivs, held = lanes[pk], conns[pk[0]].alpha + conns[pk[0]].beta
+            if len(ivs) <= problem.fifo * cap:
                 continue
-            seen.add(sig)
-            m.add_cumulative([m.new_optional_fixed_size_interval_var(s, d, lit, f"h{pk}{k}")
-                              for k, (s, lit, d) in enumerate(ivs)], [1] * len(ivs), cap)
+            m.add_cumulative([m.new_optional_fixed_size_interval_var(s, held, lit, f"h{pk}{k}")
+                              for k, (s, lit) in enumerate(ivs)], [1] * len(ivs), problem.fifo * cap)
     if problem.fan > 0:     # a rank's transfers of one chunk start fan apart (shared times: once per orbit)
         for c in (orbits if shared else range(len(problem.chunks))):
             out = defaultdict(list)
