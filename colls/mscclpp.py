@@ -172,6 +172,11 @@ def fits(program: Program, topology, shift: int | None = None) -> bool:
     message. ``shift``: a rotation the program is symmetric under (its proof's, colls.verify.symmetry): only
     the GPUs of one orbit under the rotation by whole nodes it generates are written (:func:`over_budget`)."""
     ranks = node_rotation(shift, topology.node_major()) if shift else None
+    most = rt.MAX_OPERATIONS // rt.PLAN_REMOTE_STEP_OPS     # what a threadblock's steps that send or receive fill
+    for g in program.gpus[:ranks]:
+        for tb in g.tbs:
+            if sum(1 for st in tb.steps if STEP_SEMANTICS[st.type][0] or STEP_SEMANTICS[st.type][1]) > most:
+                return False        # over whatever its plan: not written to be counted
     return not over_budget(program, topology, rt.PIPELINE_UNIT_BYTES, ranks)
 
 

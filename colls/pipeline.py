@@ -360,19 +360,25 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
     tgt, opts = _method_options(topology, collective, method, target, instances, options, mode)
     _check_options(topology, collective, tgt, instances, proto, min_bytes, max_bytes, mode)
     check_limits(topology, collective, method, tgt, instances, opts)
-    try:
-        planned = _planned(topology, collective, method, target, instances, options, mode)
-    except CollsError:              # the method refuses: let the full path say why, as it always has
-        planned = None
-    count = planned.info.get(info_key) if planned is not None else None
-    if not count or not chunks_per_loop(planned) & (chunks_per_loop(planned) - 1):
-        return _compile_method(*args, options, progress, in_memory, prove, planned=planned)
     from colls.synth import ring
-    ncpl = chunks_per_loop(planned)
+    try:
+        if method == "ring" and collective.kind != "alltoall":
+            # the count and its chunks without the transfers, made where they are lowered (a 6-ring allreduce of
+            # 128 GPUs is 195k transfers; 4 rings are taken there, for a power-of-two call)
+            planned, (count, _) = None, ring.choice(topology, collective, **opts)
+            ncpl = ring.with_rings(collective, count).nchunksperloop * instances
+        else:
+            planned = _planned(topology, collective, method, target, instances, options, mode)
+            count, ncpl = planned.info.get(info_key), chunks_per_loop(planned)
+    except CollsError:              # the method refuses: let the full path say why, as it always has
+        planned, count, ncpl = None, None, None
+    if not count or not ncpl & (ncpl - 1):
+        return _compile_method(*args, options, progress, in_memory, prove, planned=planned)
     low = 1 << (count.bit_length() - 1)
     tried = []
     for other in sorted({low, 2 * low} - {count}):
-        if method == "ring" and not ring.fits(collective, other, tgt.max_steps, tgt.max_channels, tgt.max_tbs):
+        if method == "ring" and not ring.fits(collective, other, tgt.max_steps, tgt.max_channels, tgt.max_tbs,
+                                              tgt.max_remote_steps):
             continue                # the loader refuses it whatever the lowering: not lowered to be refused
         try:
             alt = _planned(topology, collective, method, target, instances, dict(options or {}, **{option: other}),
@@ -383,14 +389,20 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
             tried.append((other, alt))
     tried.sort(key=lambda x: (-x[1].model_algbw(topology)[0], -x[1].info.get(info_key, 0)))
     best = None
-    for other, _ in tried:
+    refused: dict = {}      # ring count -> (its rings, why the target refused them)
+    for other, alt in tried:
         try:
-            best = _compile_method(*args, dict(options or {}, **{option: other}), progress, in_memory, prove)
+            best = _compile_method(*args, dict(options or {}, **{option: other}), progress, in_memory, prove,
+                                   planned=alt)
             break
+        except LimitError as e:
+            if method == "ring":
+                refused[other] = (alt.info.get("ring_orders"), e)
         except CollsError:
             continue            # more than the target loads: the next best
     if best is None:                # no power of two beside it loads: the count itself (or the one it steps down to)
-        return _note_chunks(_compile_method(*args, options, progress, in_memory, prove, planned=planned))
+        return _note_chunks(_compile_method(*args, options, progress, in_memory, prove, planned=planned,
+                                            refused=refused))
     best.facts["chunks_note"] = (f"{best.schedule.info.get(info_key)} {words}, not {count}: {count} would leave "
                                  f"{ncpl} chunks per loop, which divide no power-of-two call")
     if method == "trees":
@@ -462,9 +474,11 @@ def _again(compiled: Compiled, progress, in_memory: bool, prove: bool, **changes
 
 
 def _compile_method(topology, collective, method, target, instances, proto, min_bytes, max_bytes, mode,
-                    options, progress, in_memory=False, prove=True, planned: Schedule | None = None) -> Compiled:
+                    options, progress, in_memory=False, prove=True, planned: Schedule | None = None,
+                    refused: dict | None = None) -> Compiled:
     """The method's file with ``options``; ``planned``: the schedule the method made with these options (trees:
-    the one of its chosen count, which is not made again)."""
+    the one of its chosen count, which is not made again); ``refused``: ring counts the target already refused
+    (:func:`_compile_ring`)."""
     tgt, options = _method_options(topology, collective, method, target, instances, options, mode)
     _check_options(topology, collective, tgt, instances, proto, min_bytes, max_bytes, mode)
     check_limits(topology, collective, method, tgt, instances, options)
@@ -473,7 +487,7 @@ def _compile_method(topology, collective, method, target, instances, proto, min_
     settings = dict(instances=instances, proto=proto, min_bytes=min_bytes, max_bytes=max_bytes,
                     mode=mode, progress=progress, in_memory=in_memory, prove=prove)
     if method == "ring" and "rings" not in options and collective.kind != "alltoall":
-        return _compile_ring(topology, collective, tgt, options, settings, planned)
+        return _compile_ring(topology, collective, tgt, options, settings, planned, refused)
     if method == "hier" and "unit" not in options:
         return _compile_hier(topology, collective, tgt, options, settings)
     if method != "trees" or "trees_per_gpu" in options:     # planned: made with these very options
@@ -518,7 +532,8 @@ def _method_options(topology, collective, method, target, instances, options, mo
     if method in ("trees", "direct", "ring", "milp"):
         options.setdefault("max_tbs", tgt.max_tbs)  # lanes are chosen to fit what the runtime loads
     if method == "ring" and "rings" not in options:  # ring counts are chosen among those that fit
-        options.update(max_steps=tgt.max_steps, max_channels=tgt.max_channels)
+        options.update(max_steps=tgt.max_steps, max_channels=tgt.max_channels,
+                       max_remote_steps=tgt.max_remote_steps)
     elif method == "ring":      # a given count: the target's steps only say where the lowering starts
         options.setdefault("max_steps", tgt.max_steps)
     return tgt, options
@@ -543,17 +558,27 @@ def budgeted(tgt: Target, max_threadblocks: int | None) -> Target:
     return replace(tgt, max_tbs=min(tgt.max_tbs, max_threadblocks), tbs_budget=max_threadblocks)
 
 
-def _compile_ring(topology, collective, tgt, options, settings, planned: Schedule | None = None) -> Compiled:
+def _compile_ring(topology, collective, tgt, options, settings, planned: Schedule | None = None,
+                  known: dict | None = None) -> Compiled:
     """The default ring count first (``planned``: its schedule, made with these options); while the program
     exceeds the target's limits (threadblocks, channels), the best count among the smaller ones: among the
     powers of two when the collective's chunks are one (the default), so that the file's chunks per loop still
     divide the power-of-two calls users make (6 rings of 16 ranks would leave 96 chunks per loop, which divide
-    no power-of-two call: the runtime would never run the file)."""
+    no power-of-two call: the runtime would never run the file). ``known``: ring count -> (ring orders, the
+    LimitError the target gave them), counts :func:`_compile` has lowered already: a schedule of the same
+    rings is the same schedule (the count and the orders are all the method's options choose), so it is
+    refused again without being lowered."""
+    from colls.synth import ring
     refused: list = []
     pow2 = not collective.chunks & (collective.chunks - 1)
     while True:
         seen: dict = {}
         try:
+            if planned is None and known:
+                count, orders = ring.choice(topology, collective, **options)
+                if known.get(count, (None,))[0] == orders:
+                    seen["rings"] = count
+                    raise known[count][1]
             result = _compile_once(topology, collective, "ring", tgt, options, seen=seen, schedule=planned,
                                    **settings)
         except LimitError as e:

@@ -516,3 +516,16 @@ def test_plans_lowered_by_symmetry_are_those_every_rank_lowered_makes():
     orbit = set(mscclpp.over_budget(uncut, topo, rt.PIPELINE_UNIT_BYTES, 16))
     assert orbit and every == {(g + k, t) for g, t in orbit for k in (0, 16)}
     assert not mscclpp.fits(uncut, topo, 2 * topo.gpus_per_node) and mscclpp.fits(whole, topo, 16)
+
+
+def test_a_threadblock_of_more_than_32_steps_that_send_or_receive_never_fits(monkeypatch):
+    """Each such step takes two of a plan's 64 ops at least (its data op and the pipeline or wait around it):
+    the XML program of 4 x DGX A100's one-ring allreduce (62 steps a threadblock) does not fit, said before
+    any plan is written; the plan, written, agrees."""
+    topo = hardware.load_topology("dgx-a100", nodes=4)
+    made = pipeline.compile_schedule(topo, Collective("allreduce", 32), "ring", options={"rings": 1},
+                                     in_memory=True, prove=False)
+    assert max(len(tb.steps) for g in made.program.gpus for tb in g.tbs) > 32
+    assert mscclpp.over_budget(made.program, topo, rt.PIPELINE_UNIT_BYTES)
+    monkeypatch.setattr(mscclpp, "over_budget", lambda *a, **k: pytest.fail("planned to be counted"))
+    assert not mscclpp.fits(made.program, topo)

@@ -395,6 +395,25 @@ def test_ring_counts_whose_instructions_cannot_fit_the_threadblocks_are_left_out
     assert fitting_counts(Collective("allreduce", 256), range(1, 14), 62, 256, 12) == [1]
     assert not fits(Collective("allreduce", 256), 2, 62, 256, 12) and fits(Collective("allreduce", 256), 2, 62, 256)
     assert fitting_counts(Collective("allreduce", 128), range(1, 14), 62, 256, 24) == [1, 2, 3, 4, 5]
+    # counted in a plan's ops, each of those steps takes two of a threadblock's 64 (its data op and the pipeline
+    # or wait around it): 32 at most, so 4 rings' 1,016 instructions need 32 threadblocks, more than 24
+    from colls.runtimes.mscclpp import LOWERING
+    assert LOWERING.max_remote_steps == 32
+    assert fitting_counts(Collective("allreduce", 128), range(1, 14), 62, 256, 24, 32) == [1, 2, 3]
+    assert fits(Collective("allreduce", 128), 4, 62, 256, 24) and not fits(Collective("allreduce", 128), 4, 62, 256,
+                                                                             24, 32)
+
+
+@pytest.mark.parametrize("name", ["ndv2", "rails2x4", "mesh4", "ndv2x2"])
+@pytest.mark.parametrize("kind", ["allgather", "allreduce", "broadcast"])
+@pytest.mark.parametrize("options", [{}, {"max_rings": 2}, {"rings": 3}, {"max_steps": 8, "max_channels": 8}])
+def test_the_count_and_orders_chosen_without_the_transfers_are_synthesize_s(name, kind, options):
+    """ring.choice says what synthesize makes (the pipeline reads it to skip a count already refused)."""
+    topo = fixture(name)
+    coll = Collective(kind, topo.ngpus, 1, 0)
+    s = ring.synthesize(topo, coll, **options)
+    assert ring.choice(topo, coll, **options) == (s.info["rings"], s.info["ring_orders"])
+    assert ring.with_rings(coll, s.info["rings"]) == s.collective
 
 
 def test_a_power_of_two_ring_count_the_channels_cannot_hold_is_not_lowered(monkeypatch):
@@ -431,6 +450,26 @@ def test_a_ring_count_stepped_down_for_a_limit_stays_a_power_of_two(monkeypatch)
     n = c.program.nchunksperloop
     assert not n & (n - 1), n
     assert c.facts["rings_tried"] == [8, 4] and c.schedule.info["rings"] == 4
+
+
+def test_a_ring_count_the_target_refused_is_not_lowered_again(monkeypatch):
+    """2 x MI250's allgather takes 13 rings by default (416 chunks per loop, no power-of-two call): 16 and 8 are
+    lowered first, then 13; the step down from 13 comes to 8 again (the best count up to 8), the same rings,
+    refused without a second lowering (a 128-GPU ring allreduce for MSCCL++ plans lowered 4 rings twice, 1.2 of
+    its 9 s)."""
+    from colls import pipeline
+    from colls.errors import LimitError
+    from colls.inputs.hardware import load_topology
+    lowered = []
+
+    def refuse(topology, base, method, tgt, **settings):
+        lowered.append(base.info["rings"])
+        raise LimitError(f"{base.info['rings']} rings refused here")
+    monkeypatch.setattr(pipeline, "_lower", refuse)
+    with pytest.raises(LimitError, match="1 rings refused"):
+        pipeline.compile_schedule(load_topology("mi250", nodes=2), Collective("allgather", 32), "ring",
+                                  in_memory=True, prove=False)
+    assert lowered == [16, 8, 13, 4, 2, 1], lowered
 
 
 @pytest.mark.parametrize("nodes", [4, 6])

@@ -46,6 +46,10 @@ class Target:
     # its channels on several nodes follow NCCL's topology search (colls.runtimes.nccl.net_channels); False:
     # not checked against its source, the model takes the fastest channel count
     net_search: bool = True
+    # the steps that send or receive one threadblock can hold, where fewer than max_steps: a limit counted in
+    # other units that such a step takes several of (an MSCCL++ plan's ops: colls.runtimes.mscclpp); None:
+    # max_steps. The bound a count of rings or lanes is refused by before any lowering (colls.synth.ring.fits)
+    max_remote_steps: int | None = None
 
     def coll_name(self, kind: str) -> str:
         """How this runtime spells a collective in the `coll` attribute."""

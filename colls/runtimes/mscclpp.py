@@ -95,8 +95,15 @@ PLAN_MAX_CHANNELS = 256
 # allreduce plan, 2026-11-28), and 128 x 100 (16 x DGX A100's ring allreduce cut for plans) passed 18 GB. Programs for plans
 # hold at most this many in all (colls.tune.compile_for_plans), so every plan colls writes is proved within 2 GB.
 PLAN_PROOF_THREADBLOCKS = 3072
+# The fewest ops a step that sends or receives takes in a plan (colls.mscclpp._tb_plan): its data op, and
+# pipelined, the pipeline op around it (counted beside its body, EP setupOperations); written whole, the wait
+# for its message or credit before it. A threadblock holds at most MAX_OPERATIONS / 2 of them whatever the
+# cuts, so a rank's remote steps over its plan's threadblocks x 32 refuse a ring count before it is lowered
+# (colls.synth.ring.fits).
+PLAN_REMOTE_STEP_OPS = 2
 LOWERING = dataclasses.replace(exe.TARGET, name="mscclpp", description="MSCCL++ execution plans (0.8 and later)",
-                               max_steps=PLAN_STEP_BOUND, max_channels=PLAN_MAX_CHANNELS)
+                               max_steps=PLAN_STEP_BOUND, max_channels=PLAN_MAX_CHANNELS,
+                               max_remote_steps=MAX_OPERATIONS // PLAN_REMOTE_STEP_OPS)
 BUFFER_ALIGNMENT = 16                # default buffer_alignment (EP); offsets are in these units
 # With reuse_resources the executor's own 128 MiB buffer is the scratch (EX defaultScratchBufferSize =
 # 1 << 27) and chunks beyond PREDFINED_SCRATCH_SIZE = 64 MiB (EC) wrap; colls never sets reuse_resources,

@@ -637,31 +637,39 @@ class _Lane:
         return Op(step, self.order[p % n], self.order[(p + 1) % n], src_buf, src_index, dst_buf,
                   dst_index, 1, reduce, self.lane, self.routes[p % n])
 
+    def hops(self):
+        """(p, sender, receiver, route) of every hop: what :meth:`send` looks up, once per position for the
+        loops that send many chunks over each (a 128-GPU ring allreduce of 4 rings: 130k ops)."""
+        n = self.n
+        return [(p, self.order[p], self.order[(p + 1) % n], self.routes[p]) for p in range(n)]
+
 
 def _allgather(ln: _Lane) -> list[Op]:
     n = ln.n
     # each lane copies its own columns (one dependency each for an in-place call's self-copy)
     ops = [Op(0, r, r, "i", ln.base, "o", r * ln.c + ln.base, ln.k, lane=ln.lane) for r in ln.order]
+    lane, order, c = ln.lane, ln.order, ln.c
     for m in range(ln.k):
         col = ln.base + m
-        for p in range(n):
+        for p, a, b, route in ln.hops():
             for s in range(n - 1):
-                slot = ln.order[(p - s) % n] * ln.c + col
-                ops.append(ln.send(m * (n - 1) + s, p, "i" if s == 0 else "o", col if s == 0 else slot,
-                                   "o", slot))
+                slot = order[(p - s) % n] * c + col
+                ops.append(Op(m * (n - 1) + s, a, b, "i" if s == 0 else "o", col if s == 0 else slot, "o", slot,
+                              1, None, lane, route))
     return ops
 
 
 def _reducescatter(ln: _Lane) -> list[Op]:
     n, ops = ln.n, []
+    lane, order, c = ln.lane, ln.order, ln.c
     for m in range(ln.k):
         col = ln.base + m
-        for p in range(n):
+        for p, a, b, route in ln.hops():
             for s in range(n - 1):
-                blk = ln.order[(p - s - 1) % n] * ln.c + col
+                blk = order[(p - s - 1) % n] * c + col
                 final = s == n - 2
-                ops.append(ln.send(m * (n - 1) + s, p, "i" if s == 0 else "t", blk, "o" if final else "t",
-                                   col if final else blk, reduce=("i", blk)))
+                ops.append(Op(m * (n - 1) + s, a, b, "i" if s == 0 else "t", blk, "o" if final else "t",
+                              col if final else blk, 1, ("i", blk), lane, route))
     return ops
 
 
@@ -676,14 +684,14 @@ def _allreduce(ln: _Lane) -> list[Op]:
     for m in range(ln.k):
         t0 = m * 2 * (n - 1)
         seg = [d * per + ln.base + m for d in range(n)]  # segment d ends reduced at position d
-        for p in range(n):
+        for p, a, b, route in ln.hops():
             for s in range(n - 1):
                 i = seg[(p - s - 1) % n]
                 final = s == n - 2
-                ops.append(ln.send(t0 + s, p, "i" if s == 0 else "t", i, "o" if final else "t", i,
-                                   reduce=("i", i)))
+                ops.append(Op(t0 + s, a, b, "i" if s == 0 else "t", i, "o" if final else "t", i, 1, ("i", i),
+                              ln.lane, route))
                 i = seg[(p - s) % n]
-                ops.append(ln.send(t0 + n - 1 + s, p, "o", i, "o", i))
+                ops.append(Op(t0 + n - 1 + s, a, b, "o", i, "o", i, 1, None, ln.lane, route))
     return ops
 
 
@@ -796,11 +804,18 @@ def _unit(kind: str, n: int) -> int:
     return n if kind in ("allreduce", "broadcast", "reduce") else 1
 
 
+def with_rings(coll: Collective, rings: int) -> Collective:
+    """The collective a schedule of ``rings`` rings runs: its chunk factor raised to a multiple of what every
+    ring's equal share needs (the ring count, times the ranks for the collectives cut in N segments)."""
+    per = rings * _unit(coll.kind, coll.nranks)
+    return coll.with_chunks(per * -(-coll.chunks // per))
+
+
 def _ring_schedule(topology: Topology, coll: Collective, rings: list[Ring]) -> Schedule:
     """The schedule of ``coll`` over ``rings``, each ring owning an equal slice of the chunks."""
     n, nr = coll.nranks, len(rings)
     per = nr * _unit(coll.kind, n)
-    coll = coll.with_chunks(per * -(-coll.chunks // per))
+    coll = with_rings(coll, nr)
     k = coll.chunks // per
     c = coll.chunks
     ops: list[Op] = []
@@ -849,27 +864,30 @@ def segments_needed(collective: Collective, rings: int, max_steps: int) -> int:
 
 
 def fitting_counts(collective: Collective, counts, max_steps: int | None,
-                   max_channels: int | None, max_tbs: int | None = None) -> list[int]:
+                   max_channels: int | None, max_tbs: int | None = None,
+                   max_remote_steps: int | None = None) -> list[int]:
     """The ring counts in ``counts`` whose rings, each split into :func:`segments_needed` segments,
     fit ``max_channels`` channels and whose instructions can fit ``max_tbs`` threadblocks (all of ``counts``
     when no limits are given; at least the smallest)."""
     counts = sorted(counts)
-    fit = [r for r in counts if fits(collective, r, max_steps, max_channels, max_tbs)]
+    fit = [r for r in counts if fits(collective, r, max_steps, max_channels, max_tbs, max_remote_steps)]
     return fit or counts[:1]
 
 
 def fits(collective: Collective, rings: int, max_steps: int | None, max_channels: int | None,
-         max_tbs: int | None = None) -> bool:
+         max_tbs: int | None = None, max_remote_steps: int | None = None) -> bool:
     """Whether ``rings`` rings, each split into :func:`segments_needed` step segments, fit ``max_channels``
     channels (true when no limits are given), and a rank's instructions of all of them fit ``max_tbs``
-    threadblocks of ``max_steps`` steps. A count that does not is refused by the loader whatever the
-    lowering (copies only add channels and threadblocks; segments and the lowering's stores only add
-    instructions). The threadblocks matter where they are few for the rank count: an MSCCL++ plan of 256
-    GPUs holds 12 a GPU (colls proves a plan of 3,072 in all), and 2 rings of an allreduce there run 1,020
-    instructions a rank, 17 threadblocks of 62 at least."""
+    threadblocks of ``max_remote_steps`` (default ``max_steps``) steps that send or receive, which every one
+    of them is. A count that does not is refused by the loader whatever the lowering (copies only add
+    channels and threadblocks; segments and the lowering's stores only add instructions). The threadblocks
+    matter where they are few for the rank count: an MSCCL++ plan of 128 GPUs holds 24 a GPU (colls proves a
+    plan of 3,072 in all) of at most 32 such steps (colls.runtimes.mscclpp.PLAN_REMOTE_STEP_OPS), and 4 rings
+    of an allreduce there run 1,016 instructions a rank, 32 threadblocks at least."""
     if not max_steps:
         return True
-    if max_tbs and -(-rings * instructions_per_ring(collective, rings) // max_steps) > max_tbs:
+    per_tb = max_remote_steps or max_steps
+    if max_tbs and -(-rings * instructions_per_ring(collective, rings) // per_tb) > max_tbs:
         return False
     if not max_channels:
         return True
@@ -916,12 +934,8 @@ def synthesize(topology: Topology, collective: Collective, *, rings: int | None 
         if rings not in (None, 1):
             schedule.info["note"] = "alltoall shifts use one lane; rings ignored"
         return schedule
-    top = min(planner.default_count, max_rings or planner.default_count)
-    counts = [rings] if rings else fitting_counts(collective, range(1, top + 1), max_steps, max_channels,
-                                                  options.get("max_tbs"))
-    sets = planner.ring_sets(counts)
-    tried = {count: model_algbw(topology, collective, ring_set) for count, ring_set in sets.items()}
-    best_count = min(tried, key=lambda count: (-tried[count], count))
+    best_count, sets, tried = _choose(planner, topology, collective, rings, max_steps, max_channels, max_rings,
+                                      options)
     best = _ring_schedule(topology, collective, sets[best_count])
     best.info.update(_ring_info(topology, sets[best_count]), rings=best_count,
                      algbw_by_ring_count=[[count, float(bw)] for count, bw in tried.items()])
@@ -929,6 +943,26 @@ def synthesize(topology: Topology, collective: Collective, *, rings: int | None 
     if max_steps:  # where the lowering starts splitting the rings' steps (fewer segments cannot fit)
         best.info["min_segments"] = segments_needed(collective, best_count, max_steps)
     return best
+
+
+def _choose(planner, topology, collective, rings, max_steps, max_channels, max_rings, options) -> tuple:
+    """(the count :func:`synthesize` takes, the ring sets of the counts it weighed, their modelled algbw)."""
+    top = min(planner.default_count, max_rings or planner.default_count)
+    counts = [rings] if rings else fitting_counts(collective, range(1, top + 1), max_steps, max_channels,
+                                                  options.get("max_tbs"), options.get("max_remote_steps"))
+    sets = planner.ring_sets(counts)
+    tried = {count: model_algbw(topology, collective, ring_set) for count, ring_set in sets.items()}
+    return min(tried, key=lambda count: (-tried[count], count)), sets, tried
+
+
+def choice(topology: Topology, collective: Collective, *, rings: int | None = None, max_steps: int | None = None,
+           max_channels: int | None = None, max_rings: int | None = None, **options) -> tuple[int, list]:
+    """The ring count and orders (``info["rings"]``, ``info["ring_orders"]``) :func:`synthesize` would make
+    with these options, without building its transfers (130k for a 128-GPU allreduce on 4 rings): what the
+    pipeline compares with a count the target already refused. Not for alltoall (one ring, always)."""
+    count, sets, _ = _choose(_Planner(topology), topology, collective, rings, max_steps, max_channels, max_rings,
+                             options)
+    return count, [list(r.order) for r in sets[count]]
 
 
 def model_algbw(topology: Topology, collective: Collective, rings: list[Ring]) -> Fraction:
