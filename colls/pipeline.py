@@ -33,7 +33,7 @@ from colls.schedule import Schedule
 from colls.verify.execution import fifo_messages
 from colls.verify.report import symmetry_words
 from colls.sizes import size_text
-from colls.runtimes import MAX_OFFSET, Target, get_target
+from colls.runtimes import LOWERINGS, MAX_OFFSET, Target, get_target
 from colls.topology import Topology
 
 MODES = ("both", "inplace", "outofplace")
@@ -528,6 +528,8 @@ def _method_options(topology, collective, method, target, instances, options, mo
     if cap is not None and cap < tgt.max_tbs:
         tgt = replace(tgt, max_tbs=cap, tbs_why=f"the {cap} a plan of {collective.nranks} GPUs may hold (colls "
                                                 f"proves a plan of at most {proof:,} threadblocks in all)")
+    if proof is not None:   # a program for a plan, lowered as the XML file's or cut: a plan's ops hold its steps
+        tgt = replace(tgt, max_remote_steps=LOWERINGS["mscclpp"].max_remote_steps)
     synth.get_method(method)
     if method in ("trees", "direct", "ring", "milp"):
         options.setdefault("max_tbs", tgt.max_tbs)  # lanes are chosen to fit what the runtime loads

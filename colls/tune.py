@@ -41,7 +41,8 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
     (``instances``) too when none were given (:func:`_fastest_copies`), and then the depth of the pipeline
     through the schedule (chunks a tree, pieces a direct block: :func:`deepest`) when ``tune_depth`` and no
     depth was given (``colls synth --chunks`` given: the chunk factor asked for, not tuned); ``fits``: whether
-    a deeper file may be taken (an MSCCL++ plan: its ops per threadblock)."""
+    a deeper file may be taken (an MSCCL++ plan: its ops per threadblock); a file of one copy that does not fit
+    is returned as it is, neither copied nor deepened (both only add to its threadblocks' work)."""
     options = dict(options or {})
     settings["instances"] = instances or 1
     count = not (method != "trees" or options.get("trees_per_gpu") or collective.kind in ("broadcast", "reduce")
@@ -55,6 +56,8 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
     else:
         chosen = pipeline.compile_schedule(topology, collective, method, options=options, **unproved)
         facts, score, timer, times = {}, None, None, None
+    if fits is not None and not fits(chosen):
+        return _as_asked(chosen, settings)     # copies and depth only add to its threadblocks: none would fit
     if instances is None:
         chosen, more, score, times = _fastest_copies(chosen, topology, score, timer, times)
         facts.update(more)

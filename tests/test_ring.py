@@ -402,6 +402,15 @@ def test_ring_counts_whose_instructions_cannot_fit_the_threadblocks_are_left_out
     assert fitting_counts(Collective("allreduce", 128), range(1, 14), 62, 256, 24, 32) == [1, 2, 3]
     assert fits(Collective("allreduce", 128), 4, 62, 256, 24) and not fits(Collective("allreduce", 128), 4, 62, 256,
                                                                              24, 32)
+    # a plan's program lowered as the XML file's (colls.tune.compile_for_plans' first candidate) is held to the
+    # plan's ops too: its ring counts are those a plan could hold, the XML file's own are not
+    from colls import pipeline
+    from colls.inputs.hardware import load_topology
+    topo, coll = load_topology("dgx-a100", nodes=16), Collective("allreduce", 128)
+    for options, most, count in (({}, None, 6), ({"proof_threadblocks": 3072}, 32, 3)):
+        tgt, opts = pipeline._method_options(topo, coll, "ring", "exe", 1, options)
+        assert tgt.max_remote_steps == opts["max_remote_steps"] == most
+        assert ring.choice(topo, coll, **opts)[0] == count
 
 
 @pytest.mark.parametrize("name", ["ndv2", "rails2x4", "mesh4", "ndv2x2"])

@@ -1,6 +1,8 @@
 """A method's default file is the fastest on the runtime (colls.tune): trees per GPU chosen by simulated
 time, not by the link model alone."""
 
+import pytest
+
 from colls import bound as bounds
 from colls import pipeline, tune
 from colls.collectives import Collective
@@ -168,3 +170,15 @@ def test_a_default_file_is_not_made_deeper_where_it_loses_the_large_sizes():
         t1, _ = simulate(one.program, topo, "allgather", size)
         assert t.time_us <= t1.time_us * (1 + tune.COPIES_GAIN)
     assert "slower at 256MB" in made.facts["depth_note"]
+
+
+def test_a_file_of_one_copy_that_does_not_fit_is_neither_copied_nor_deepened(monkeypatch):
+    """compile_for_plans' first candidate (the XML program) is thrown away when its plan is over 64 ops; copies
+    and depth only add to its threadblocks, so they are not simulated for it (2 rings of a 128-GPU allreduce:
+    3 of the 7 s its refusal took)."""
+    topo = load_topology("dgx-a100")
+    monkeypatch.setattr(tune, "_fastest_copies", lambda *a, **k: pytest.fail("copies simulated"))
+    monkeypatch.setattr(tune, "deepest", lambda *a, **k: pytest.fail("depth simulated"))
+    made = tune.compile_fastest(topo, Collective("allgather", 8), "ring", fits=lambda made: False,
+                                in_memory=True, prove=False)
+    assert made.facts["instances"] == 1 and "copies_tuned" not in made.facts
