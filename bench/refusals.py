@@ -3,14 +3,16 @@ collective, timed as a user sees it (the whole command, Python's start left out)
 refused is refused within 5 s.
 
 Run with ``make bench`` (or ``python bench/refusals.py [--profiles ...] [--methods ...] [--kinds ...]
-[--long S] [--jobs J]``; defaults: 60 s, 2 jobs). Node counts: 1, 2, 4, ... while the machine has at most 1,024 GPUs (what one MSCCL file can
+[--long S] [--jobs J] [--target T --out FILE]``; defaults: 60 s, 2 jobs, target exe). Node counts: 1, 2, 4, ... while the machine has at most 1,024 GPUs (what one MSCCL file can
 serve), then the first count beyond, 1,000 and 100,000. Each case runs ``colls synth ... --no-simulate`` in a
 process forked from one that has imported ``colls`` (so the 0.6 s of imports is not counted), with
 ``--root 0`` for broadcast and reduce, and records its exit status (0: a verified file, 2: refused, with the
 message), its seconds, or that it had no answer within ``--long`` seconds. Unless ``--wait-files``, a case
 is over as soon as its program has been lowered within the target's limits (the pipeline's "verifying" stage:
-what remains is the proof, timed with the whole file by bench/scale.py), recorded as "lowered". The table goes to
-``bench/REFUSALS.md`` with the machine it ran on, the refusals over 5 s and the cases over a minute listed
+what remains is the proof, timed with the whole file by bench/scale.py), recorded as "lowered". For MSCCL++
+plans (``--target mscclpp``) the programs lowered first are candidates that may still not fit a plan's ops, so
+a case is over when the file chosen starts its proof ("verifying the file"). The table goes to
+``bench/REFUSALS.md`` (exe) with the machine it ran on, the refusals over 5 s and the cases over a minute listed
 first. A benchmark never fails the build, it records.
 """
 
@@ -35,6 +37,7 @@ FAR = (1000, 100_000)
 REFUSE_SECONDS = 5.0     # what a refusal may take
 FILE_SECONDS = 60.0      # what a file may take
 VERIFYING = "verifying"  # the pipeline's stage after the lowering: the program fits the target
+CHOSEN = "verifying the file"   # the same for the file written (a plan's candidates are verified in memory first)
 
 
 def node_counts(gpus_per_node: int) -> list[int]:
@@ -70,10 +73,10 @@ def _child(args: list[str], err_path: str, stage_path: str) -> None:
     os._exit(code)
 
 
-def _lowered(stage_path: str) -> bool:
+def _lowered(stage_path: str, stage: str = VERIFYING) -> bool:
     """Has the program passed the lowering (the target's limits), so that what follows is its proof?"""
     try:
-        return any(line.startswith(VERIFYING) for line in Path(stage_path).read_text().splitlines())
+        return any(line.startswith(stage) for line in Path(stage_path).read_text().splitlines())
     except OSError:
         return False
 
@@ -81,12 +84,15 @@ def _lowered(stage_path: str) -> bool:
 class _Case:
     """One command running in a forked process."""
 
-    def __init__(self, profile: str, nodes: int, per: int, method: str, kind: str):
+    def __init__(self, profile: str, nodes: int, per: int, method: str, kind: str, target: str = "exe"):
         self.profile, self.nodes, self.per, self.method, self.kind = profile, nodes, per, method, kind
+        self.stage = CHOSEN if target == "mscclpp" else VERIFYING
         self.tmp = tempfile.TemporaryDirectory()
-        self.out, self.err, self.stages = (os.path.join(self.tmp.name, f) for f in ("x.xml", "err", "stages"))
+        name = "x.json" if target == "mscclpp" else "x.xml"
+        self.out, self.err, self.stages = (os.path.join(self.tmp.name, f) for f in (name, "err", "stages"))
         args = ["synth", "--hardware", profile, "--nodes", str(nodes), "--method", method, "--collective", kind,
-                "--no-simulate", "-o", self.out] + (["--root", "0"] if kind in ("broadcast", "reduce") else [])
+                "--no-simulate", "-o", self.out, "--target", target] + (
+                    ["--root", "0"] if kind in ("broadcast", "reduce") else [])
         args += ["--quiet"] if method == "milp" else []
         self.proc = multiprocessing.get_context("fork").Process(target=_child, args=(args, self.err, self.stages))
         self.t0 = time.perf_counter()
@@ -96,7 +102,7 @@ class _Case:
         """The result once the case is over, else None."""
         seconds = time.perf_counter() - self.t0
         if self.proc.is_alive():
-            if not wait_files and _lowered(self.stages):
+            if not wait_files and _lowered(self.stages, self.stage):
                 return self._stop({"outcome": "lowered", "seconds": round(seconds, 2), "message": ""})
             if seconds < long:
                 return None
@@ -130,6 +136,7 @@ def main() -> None:
                     help="wait for every file to be proved and written (default: a case is over once its program "
                          "is lowered within the target's limits, the proof being timed by bench/scale.py)")
     ap.add_argument("--jobs", type=int, default=2, help="cases at once (each is one process)")
+    ap.add_argument("--target", default="exe", help="the target every case is made for")
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
     import colls.cli  # noqa: F401  (imported once: every case is forked from here)
@@ -143,8 +150,8 @@ def main() -> None:
     for profile in args.profiles.split(","):
         per = hardware.load_topology(profile, nodes=1).ngpus
         nodes_list = [int(x) for x in args.nodes.split(",")] if args.nodes else node_counts(per)
-        todo += [(profile, nodes, per, method, kind) for nodes in nodes_list for method in args.methods.split(",")
-                 for kind in args.kinds.split(",")]
+        todo += [(profile, nodes, per, method, kind, args.target) for nodes in nodes_list
+                 for method in args.methods.split(",") for kind in args.kinds.split(",")]
     done: dict = {}
     running: list = []
     total = len(todo)
@@ -174,7 +181,7 @@ def main() -> None:
     lines = [
         "# Answers at any size", "",
         f"`make bench` (bench/refusals.py): `colls synth ... --no-simulate` per case, forked from a process that has "
-        f"imported colls (Python's start, about 0.6 s, not counted), {args.jobs} at once, target exe, on {m['cpu']} ({m['cores']} "
+        f"imported colls (Python's start, about 0.6 s, not counted), {args.jobs} at once, target {args.target}, on {m['cpu']} ({m['cores']} "
         f"cores), Python {m['python']}; " + ", ".join(f"{k} {v}" for k, v in sorted(m["versions"].items()) if v)
         + f"; {m['date']}; {len(rows)} cases in {(time.perf_counter() - t_all) / 60:.0f} minutes.", "",
         "Outcomes: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ". "

@@ -403,8 +403,13 @@ def compile_for_plans(topology, collective, method: str, **settings):
     settings["options"] = dict(settings.get("options") or {}, proof_threadblocks=PLAN_PROOF_THREADBLOCKS)
     # both candidates made in memory and not proved; only the one taken is proved, as compile_fastest does
     unproved = dict(settings, in_memory=True, prove=False)
+    verdicts: dict = {}         # id -> (made, whether it fits): compile_fastest asks of the file it returns too
+
     def fits(made) -> bool:     # a program proved by symmetry: one orbit's GPUs written
-        return mscclpp.fits(made.program, topology, made.report.facts.get("symmetry", {}).get("ranks_run"))
+        if id(made) not in verdicts:
+            verdicts[id(made)] = made, mscclpp.fits(made.program, topology,
+                                                    made.report.facts.get("symmetry", {}).get("ranks_run"))
+        return verdicts[id(made)][1]
     first = compile_fastest(topology, collective, method, target="exe", fits=fits, **unproved)
     if not fits(first):
         return _with_unit(compile_fastest(topology, collective, method, target="mscclpp", **settings), topology, unit)
