@@ -281,6 +281,10 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
     if plan_target:
         if proto not in ("Simple", "LL"):
             raise CollsError(f"MSCCL++ plans run Simple or LL (packets), not {proto}", key="--proto")
+        from colls.mscclpp import SUPPORTED
+        if collective not in SUPPORTED:     # refused before any work, not once the plan is written
+            raise CollsError(f"MSCCL++ plans are written for {', '.join(SUPPORTED)}, not {collective}",
+                             key="--collective")
         target = "exe"          # lowered as for the MSCCL executor (cut to fit a plan's ops), written as a plan
     if method not in METHODS:
         raise CollsError(f"expected one of {', '.join(sorted(METHODS))}, got {excerpt(method)}", key="--method")

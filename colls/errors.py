@@ -56,10 +56,13 @@ class LimitError(CollsError):
     A method with a smaller variant (fewer trees per GPU) may catch it and try again; anywhere else it
     is an ordinary user-facing error. ``limit`` names the limit where a caller tells them apart
     (``"threadblocks"``: more threadblocks per GPU than the target or the GPU runs), ``any_layout`` says the
-    schedule breaks it in every layout the lowering could try.
+    schedule breaks it in every layout the lowering could try, ``one_segment`` that the layout that broke it
+    had one step segment and no connection cut (a schedule of fewer steps, on the same peers and lanes, would
+    be laid out alike: colls.pipeline._compile_hier).
     """
 
     def __init__(self, message: str, *, limit: str | None = None, any_layout: bool = False, **kw):
         super().__init__(message, **kw)
         self.limit = limit
         self.any_layout = any_layout
+        self.one_segment = False

@@ -240,7 +240,11 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
     if least > target.max_steps:  # no threadblock layout can fit: try more segments at once
         return None, (f"{schedule.method} {schedule.collective.kind}: needs at least {least} steps "
                       f"in one threadblock; {target.name} allows {target.max_steps}"), []
-    _check_peers(schedule, ops, chan_of, limit_tbs, options, target)
+    try:
+        _check_peers(schedule, ops, chan_of, limit_tbs, options, target)
+    except LimitError as e:         # in one step segment, uncut: shorter threadblocks have the same peers
+        e.one_segment = nseg == 1 and not cuts
+        raise
     no_fuse = set()  # keyed by the ids of this segmentation's ops
     forwards = _forward_candidates(ops, schedule.collective)
     while True:
@@ -258,7 +262,12 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
         tbs, bad = _threadblocks(instrs, options.shape, limit_tbs)
         # a rank's threadblocks, and those with a send (receive) peer on one channel: splitting a fusion never
         # merges two (one per peer and direction on a channel), so they are refused as soon as they are laid out
-        _check_tbs(schedule, max(Counter(tb.rank for tb in tbs).values(), default=0), limit_tbs, options, target)
+        try:
+            _check_tbs(schedule, max(Counter(tb.rank for tb in tbs).values(), default=0), limit_tbs, options,
+                       target)
+        except LimitError as e:     # in one step segment, uncut: shorter threadblocks would be as many
+            e.one_segment = nseg == 1 and not cuts
+            raise
         _check_per_channel(schedule, max(Counter((tb.rank, tb.chan, d) for tb in tbs for d, peer in
                                                  (("s", tb.send), ("r", tb.recv)) if peer >= 0).values(),
                                          default=0), target)

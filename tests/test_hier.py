@@ -241,3 +241,31 @@ def test_more_chunks_per_rail_op_where_the_threadblocks_do_not_fit(monkeypatch):
     monkeypatch.setattr(pipeline, "_compile_once", steps)
     with pytest.raises(LimitError, match="99 steps"):
         pipeline.compile_schedule(topo, Collective("allreduce", topo.ngpus), "hier", in_memory=True)
+
+
+def test_no_more_chunks_per_rail_op_where_one_step_segment_already_had_too_many_threadblocks(monkeypatch):
+    """16 x MI250's allreduce for plans (12 threadblocks a GPU allowed) needs 45 at every unit: its layout had
+    one step segment and no connection cut, so fewer steps leave the same peers on the same channels. The
+    refusal stands at the first unit (it tried all seven, 9.5 s); the lowering marks such a refusal."""
+    from colls import pipeline
+    from colls.errors import LimitError
+    from colls.lower import LowerOptions, lower
+    from colls.runtimes import get_target
+    from dataclasses import replace
+    tried = []
+
+    def once(topology, collective, method, tgt, options, **kw):
+        tried.append(options["unit"])
+        e = LimitError("hier allreduce: needs 45 threadblocks per GPU, more than 12", limit="threadblocks")
+        e.one_segment = True
+        raise e
+    monkeypatch.setattr(pipeline, "_compile_once", once)
+    topo = machine("dgx-a100", 2)
+    with pytest.raises(LimitError, match="needs 45"):
+        pipeline.compile_schedule(topo, Collective("allreduce", topo.ngpus), "hier", in_memory=True)
+    assert tried == [1]
+    monkeypatch.undo()
+    schedule = get_method("hier")(topo, Collective("allreduce", topo.ngpus))
+    with pytest.raises(LimitError) as refused:
+        lower(schedule, replace(get_target("exe"), max_tbs=10), LowerOptions(shape=topo.node_major()))
+    assert refused.value.one_segment and refused.value.limit == "threadblocks" and not refused.value.any_layout

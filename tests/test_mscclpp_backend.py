@@ -325,3 +325,14 @@ def test_refusals_for_plans_name_the_proof_budget_not_the_xml_target(tmp_path):
         assert_bad_input(rc, o, err, words)
         assert "on this GPU runs" not in err and "--target old" not in err
         assert not out.exists()
+
+
+@pytest.mark.parametrize("kind", ["broadcast", "reduce"])
+def test_a_collective_plans_do_not_run_is_refused_before_any_work(tmp_path, kind):
+    """MSCCL++ plans serve allgather, reducescatter, allreduce and alltoall: a broadcast was refused once its
+    plan was written, after its trees were made, lowered and timed (52 s on 8 x DGX-2)."""
+    out = tmp_path / "b.json"
+    rc, stdout, err = run("synth", "--hardware", "dgx2", "--nodes", "8", "--collective", kind, "--root", "0",
+                          "--method", "trees", "--target", "mscclpp", "-o", str(out))
+    assert_bad_input(rc, stdout, err, "--collective", f"not {kind}")
+    assert not out.exists()
