@@ -61,8 +61,9 @@ class LimitError(CollsError):
     be laid out alike: colls.pipeline._compile_hier).
     """
 
-    def __init__(self, message: str, *, limit: str | None = None, any_layout: bool = False, **kw):
+    def __init__(self, message: str, *, limit: str | None = None, any_layout: bool = False,
+                 one_segment: bool = False, **kw):
         super().__init__(message, **kw)
         self.limit = limit
         self.any_layout = any_layout
-        self.one_segment = False
+        self.one_segment = one_segment

@@ -240,11 +240,8 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
     if least > target.max_steps:  # no threadblock layout can fit: try more segments at once
         return None, (f"{schedule.method} {schedule.collective.kind}: needs at least {least} steps "
                       f"in one threadblock; {target.name} allows {target.max_steps}"), []
-    try:
-        _check_peers(schedule, ops, chan_of, limit_tbs, options, target)
-    except LimitError as e:         # in one step segment, uncut: shorter threadblocks have the same peers
-        e.one_segment = nseg == 1 and not cuts
-        raise
+    one_segment = nseg == 1 and not cuts    # a refusal here: shorter threadblocks would be laid out alike
+    _check_peers(schedule, ops, chan_of, limit_tbs, options, target, one_segment)
     no_fuse = set()  # keyed by the ids of this segmentation's ops
     forwards = _forward_candidates(ops, schedule.collective)
     while True:
@@ -262,12 +259,8 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
         tbs, bad = _threadblocks(instrs, options.shape, limit_tbs)
         # a rank's threadblocks, and those with a send (receive) peer on one channel: splitting a fusion never
         # merges two (one per peer and direction on a channel), so they are refused as soon as they are laid out
-        try:
-            _check_tbs(schedule, max(Counter(tb.rank for tb in tbs).values(), default=0), limit_tbs, options,
-                       target)
-        except LimitError as e:     # in one step segment, uncut: shorter threadblocks would be as many
-            e.one_segment = nseg == 1 and not cuts
-            raise
+        _check_tbs(schedule, max(Counter(tb.rank for tb in tbs).values(), default=0), limit_tbs, options, target,
+                   one_segment)
         _check_per_channel(schedule, max(Counter((tb.rank, tb.chan, d) for tb in tbs for d, peer in
                                                  (("s", tb.send), ("r", tb.recv)) if peer >= 0).values(),
                                          default=0), target)
@@ -329,7 +322,7 @@ def _images(all_ops: list[Op], coll: Collective, reps: int, slices: dict) -> dic
 
 
 def _check_peers(schedule: Schedule, ops: list, chan_of, limit_tbs: int, options: LowerOptions,
-                 target: Target) -> None:
+                 target: Target, one_segment: bool = False) -> None:
     """Refuse, before any instruction is made, what the threadblocks laid out from ``ops`` would break whatever
     the fusions: a threadblock has one send peer and one receive peer on its channel, so a rank has at least as
     many threadblocks with a send (receive) peer on a channel as distinct peers it sends to (receives from)
@@ -339,10 +332,13 @@ def _check_peers(schedule: Schedule, ops: list, chan_of, limit_tbs: int, options
     if not peers:
         return
     _check_per_channel(schedule, max(len(p) for p in peers.values()), target)
-    _check_tbs(schedule, max(fewest_threadblocks(peers).values()), limit_tbs, options, target)
+    _check_tbs(schedule, max(fewest_threadblocks(peers).values()), limit_tbs, options, target, one_segment)
 
 
-def _check_tbs(schedule: Schedule, tbmax: int, limit_tbs: int, options: LowerOptions, target: Target) -> None:
+def _check_tbs(schedule: Schedule, tbmax: int, limit_tbs: int, options: LowerOptions, target: Target,
+               one_segment: bool = False) -> None:
+    """Refuse more than ``limit_tbs`` threadblocks on a GPU; ``one_segment``: the layout counted had one step
+    segment and no connection cut (:class:`colls.errors.LimitError`)."""
     if tbmax > limit_tbs:
         what = f"the GPU's {options.sms} SMs" if options.sms and options.sms < target.max_tbs \
             else f"--max-threadblocks {target.tbs_budget}" if target.tbs_budget == target.max_tbs \
@@ -350,7 +346,7 @@ def _check_tbs(schedule: Schedule, tbmax: int, limit_tbs: int, options: LowerOpt
         why = "" if target.tbs_why and what == target.tbs_why else " (threadblocks must all be resident)"
         raise LimitError(f"{schedule.method} {schedule.collective.kind}: needs {tbmax} threadblocks "
                          f"per GPU, more than {what}{why}; try fewer --instances or --chunks, or another --method",
-                         limit="threadblocks")
+                         limit="threadblocks", one_segment=one_segment)
 
 
 def _check_per_channel(schedule: Schedule, per_chan: int, target: Target) -> None:
