@@ -56,12 +56,11 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
     else:
         chosen = pipeline.compile_schedule(topology, collective, method, options=options, **unproved)
         facts, score, timer, times = {}, None, None, None
-    if fits is not None and not fits(chosen):
-        return _as_asked(chosen, settings)     # copies and depth only add to its threadblocks: none would fit
-    if instances is None:
+    grows = fits is None or fits(chosen)    # copies and depth only add to its threadblocks: none would fit
+    if instances is None and grows:
         chosen, more, score, times = _fastest_copies(chosen, topology, score, timer, times)
         facts.update(more)
-    if deepen:
+    if deepen and grows:
         chosen, more = deepest(chosen, topology, collective, method, options, unproved, score, fits, hold=True,
                                times=times)
         facts.update(more)
@@ -403,13 +402,12 @@ def compile_for_plans(topology, collective, method: str, **settings):
     settings["options"] = dict(settings.get("options") or {}, proof_threadblocks=PLAN_PROOF_THREADBLOCKS)
     # both candidates made in memory and not proved; only the one taken is proved, as compile_fastest does
     unproved = dict(settings, in_memory=True, prove=False)
-    verdicts: dict = {}         # id -> (made, whether it fits): compile_fastest asks of the file it returns too
+    last: list = [None, None]   # (candidate, whether it fits): compile_fastest asks of the file it returns too
 
     def fits(made) -> bool:     # a program proved by symmetry: one orbit's GPUs written
-        if id(made) not in verdicts:
-            verdicts[id(made)] = made, mscclpp.fits(made.program, topology,
-                                                    made.report.facts.get("symmetry", {}).get("ranks_run"))
-        return verdicts[id(made)][1]
+        if last[0] is not made:
+            last[:] = made, mscclpp.fits(made.program, topology, made.report.facts.get("symmetry", {}).get("ranks_run"))
+        return last[1]
     first = compile_fastest(topology, collective, method, target="exe", fits=fits, **unproved)
     if not fits(first):
         return _with_unit(compile_fastest(topology, collective, method, target="mscclpp", **settings), topology, unit)
