@@ -92,9 +92,13 @@ PLAN_MAX_CHANNELS = 256
 # What colls proves of a plan (colls.verify.plan) follows both calls' threadblocks with a vector clock each, so its
 # memory grows with the square of the plan's threadblocks in all (GPUs x threadblocks a GPU): 32 GPUs x 96 took
 # 1.3 GB and 21 s with 64-bit clocks, 0.53 GB and 12 s with 16-bit ones (colls verify on 4 x DGX A100's ring
-# allreduce plan, 2026-11-28), and 128 x 100 (16 x DGX A100's ring allreduce cut for plans) passed 18 GB. Programs for plans
-# hold at most this many in all (colls.tune.compile_for_plans), so every plan colls writes is proved within 2 GB.
+# allreduce plan, 2026-11-28), and 128 x 100 (16 x DGX A100's ring allreduce cut for plans) passed 18 GB. Programs
+# for plans hold at most this many in all (colls.tune.compile_for_plans), so every plan colls writes is proved
+# within 2 GB; the proof holds itself to the clocks of that many (colls.verify.plan.proved_plan: max_clocks). A
+# plan whose GPUs run one plan relabelled is proved on one orbit (colls.verify.plan_symmetry): only its
+# threadblocks run, each with a clock of every threadblock, (orbit x T) x (GPUs x T) entries for T a GPU.
 PLAN_PROOF_THREADBLOCKS = 3072
+
 # The fewest ops a step that sends or receives takes in a plan (colls.mscclpp._tb_plan): its data op, and
 # pipelined, the pipeline op around it (counted beside its body, EP setupOperations); written whole, the wait
 # for its message or credit before it. A threadblock holds at most MAX_OPERATIONS / 2 of them whatever the

@@ -49,6 +49,11 @@ Remote reads (``rre``, ``rres``: a local source plus peers' chunks read through 
 execution_kernel.hpp handleReadReduceSend; ``get`` with equal offsets) read the peer's memory with the reader's
 clock, so a read the peer's signal does not order after its writes is a race.
 
+A plan whose GPUs run one plan relabelled (a rotation by ``shift`` GPUs, :mod:`colls.verify.plan_symmetry`)
+is executed on GPUs ``0..shift-1`` only (steps 4 and 5; what they do to other GPUs is made as its image on
+theirs), as :mod:`colls.verify.symmetry` does for XML files; when that finds anything, the whole plan runs again
+so the report names every GPU. The summary says when a proof took the symmetry.
+
 The facts come from microsoft/mscclpp (:mod:`colls.runtimes.mscclpp`, each cited). What is not modelled
 (NVLS switch ops, pipelines of different
 unit sizes in one plan, thread block groups) leaves the verdict ``unproven``.
@@ -67,6 +72,7 @@ from colls.errors import CollsError
 from colls.mscclpp import shape_problems
 from colls.program import Program
 from colls.runtimes import mscclpp as rt
+from colls.verify import plan_symmetry
 from colls.verify.report import Report
 from colls.verify.rules import HANG, LOAD, UB, UNUSED, WRONG
 
@@ -162,6 +168,16 @@ class _Cx:
     def errors(self, rules=None) -> list[str]:
         return sorted({f.rule for f in self.findings if f.severity == "error" and (rules is None or f.rule in rules)})
 
+    def mark(self) -> tuple:
+        """What :meth:`reset` returns to: the findings, counts and reasons so far."""
+        return len(self.findings), dict(self.counts), len(self.unproven)
+
+    def reset(self, mark: tuple) -> None:
+        found, counts, unproven = mark
+        del self.findings[found:]
+        self.counts = defaultdict(int, counts)
+        del self.unproven[unproven:]
+
     def close(self):
         for rule, n in sorted(self.counts.items()):
             if n > REPORT_CAP:
@@ -170,10 +186,12 @@ class _Cx:
                                              "error" if effect else "warning", effect))
 
 
-def verify_plan(plan: dict, kind: str, source: str, *, inplace: bool | None = None) -> Report:
+def verify_plan(plan: dict, kind: str, source: str, *, inplace: bool | None = None,
+                max_clocks: int | None = None) -> Report:
     """Check ``plan`` against MSCCL++'s loader and kernel and prove it computes ``kind`` (for the call type
     ``inplace``; default: the one the plan declares). Returns a :class:`~colls.verify.report.Report` whose
-    findings carry the rule ids of :data:`PLAN_RULES`."""
+    findings carry the rule ids of :data:`PLAN_RULES`. ``max_clocks``: the execution is not run (the plan is
+    left unproven) when its threadblocks that run times all threadblocks would pass it (its clocks' memory)."""
     cx = _Cx(plan, kind, source)
     facts = {"target": TARGET, "coll": kind, "checked": [], "deadlock_free": None, "semantics_checked": False}
     problems = shape_problems(plan)
@@ -196,21 +214,39 @@ def verify_plan(plan: dict, kind: str, source: str, *, inplace: bool | None = No
         elif kind not in KINDS or m.coll is None:
             _skip(cx, f"collective {kind!r} is not modelled")
         else:
-            done = True
-            for units in m.units_per_chunk():
-                done = m.execute(inplace, units)
-                if not done:
-                    break
-            facts["deadlock_free"] = done
+            sym = plan_symmetry.find(m)
+            clocks = m.clocks(sym)
+            if max_clocks is not None and clocks > max_clocks:
+                _skip(cx, f"too large to prove: {sym.shift if sym else m.n} of its {m.n} GPUs run, {clocks:,} "
+                      f"threadblock clock entries a call, over the {max_clocks:,} the proof is held to")
+            else:
+                facts["deadlock_free"] = done = _executed(cx, m, inplace, sym, max_clocks, facts)
+                if done:
+                    facts["checked"] = ["in-place" if inplace else "out-of-place"]
+                    facts["semantics_checked"] = True
             if m.unit:
                 facts["pipeline_unit_bytes"] = m.unit
                 facts["units_per_chunk_checked"] = m.units_per_chunk()
-            if done:
-                facts["checked"] = ["in-place" if inplace else "out-of-place"]
-                facts["semantics_checked"] = True
     cx.close()
     findings = sorted(cx.findings, key=lambda f: f.severity != "error")
     return Report(source, TARGET, findings, facts, cx.unproven)
+
+
+def _executed(cx: _Cx, m: _Model, inplace: bool, sym, max_clocks: int | None, facts: dict) -> bool:
+    """The execution on GPUs 0..shift-1 of ``sym``, or on every GPU; false when it deadlocks. When the quotient
+    finds anything, the whole plan again so that the report names every GPU it concerns, as without the
+    symmetry (unless that would pass ``max_clocks``: then the quotient's findings stand, true of the GPUs they
+    name)."""
+    if sym is not None:
+        mark = cx.mark()
+        done = m.execute_all(inplace, sym)
+        if done and len(cx.findings) == mark[0]:
+            facts["symmetry"] = {"ranks": sym.nranks, "ranks_run": sym.shift}
+            return True
+        if max_clocks is not None and m.clocks(None) > max_clocks:
+            return done
+        cx.reset(mark)
+    return m.execute_all(inplace, None)
 
 
 def _skip(cx: _Cx, why: str) -> None:
@@ -799,21 +835,37 @@ class _Model:
                             gpu=partner[0], tb=self.chan_owner.get(partner))
 
     # --- execution ----------------------------------------------------------------------------------
-    def execute(self, inplace: bool, units: int = 1) -> bool:
-        return _Execution(self, inplace, units).run()
+    def clocks(self, sym) -> int:
+        """The clock entries the execution keeps for one call: its threadblocks that run (GPUs 0..shift-1 of
+        ``sym``, or all) times every threadblock."""
+        counts = [len(g["threadblocks"]) for g in self.gpus]
+        return sum(counts[:sym.shift if sym is not None else self.n]) * sum(counts)
+
+    def execute_all(self, inplace: bool, sym) -> bool:
+        """The execution at every chunk size :meth:`units_per_chunk` names, on GPUs ``0..shift-1`` of the
+        symmetry ``sym`` (:mod:`colls.verify.plan_symmetry`) or on every GPU; false when it deadlocks."""
+        return all(_Execution(self, inplace, units, sym).run() for units in self.units_per_chunk())
 
 
 class _Execution:
     """Two consecutive calls, threadblock by threadblock until each blocks; vector clocks and values.
 
     ``units``: a chunk is that many pipeline units; memory is tracked per unit (location (rank, storage,
-    unit within the chunk)) and every pipeline runs num_chunks x units iterations."""
+    unit within the chunk)) and every pipeline runs num_chunks x units iterations.
+
+    ``sym`` (a :class:`colls.verify.plan_symmetry.PlanSymmetry`, or None): only the threadblocks of GPUs
+    ``0..shift-1`` run, and memory is kept for them only; an access to GPU ``q = q0 + k shift``, or a signal
+    or packets sent to it, is made as its image under ``g^-k`` (that module's docstring): on GPU ``q0``, by the
+    threadblock ``k`` orbit steps back, with that threadblock's clock (:meth:`_record`). Clock positions are
+    those of every threadblock of every GPU, so a clock names what it has seen of any of them."""
 
     CALLS = 2
 
-    def __init__(self, m: _Model, inplace: bool, units: int = 1):
+    def __init__(self, m: _Model, inplace: bool, units: int = 1, sym=None):
         self.m, self.cx, self.inplace = m, m.cx, inplace
         self.units = units
+        self.sym = sym
+        self.d = sym.shift if sym is not None else m.n        # the GPUs that run
         self.label = ("in-place" if inplace else "out-of-place") + \
             (f", chunks of {units} pipeline units" if units > 1 else "")
         self.calls = "in-place calls" if inplace else "out-of-place calls"
@@ -824,14 +876,16 @@ class _Execution:
                     self.tbs.append((call, r, t))
         self.index = {key: i for i, key in enumerate(self.tbs)}
         nt = len(self.tbs)
-        self.ops = [_unrolled(m.gpus[r]["threadblocks"][t]["ops"], self._iterations) for _, r, t in self.tbs]
+        self.active = [i for i, (_, r, _) in enumerate(self.tbs) if r < self.d]
+        self.ops = [_unrolled(m.gpus[r]["threadblocks"][t]["ops"], self._iterations) if r < self.d else ()
+                    for _, r, t in self.tbs]
         self.pc = [0] * nt
         self.own = [0] * nt
         # a clock entry counts a threadblock's ops (each at most once per unrolled op, both calls apart): the
         # narrowest integer that holds the longest threadblock's count (the clocks' memory is nt squared)
         longest = max((len(ops) for ops in self.ops), default=0)
         dtype = np.int16 if longest < np.iinfo(np.int16).max else np.int32
-        self.clock = [np.zeros(nt, dtype=dtype) for _ in range(nt)]
+        self.clock = [np.zeros(nt, dtype=dtype) if r < self.d else None for _, r, _ in self.tbs]
         self.started = [call == 0 for call, _, _ in self.tbs]
         self.inbox: dict = defaultdict(list)        # endpoint -> [(clock, own, tbi, async reads)]
         self.consumed: dict = defaultdict(int)
@@ -850,7 +904,7 @@ class _Execution:
         self.halves = bool(m.plan.get("use_double_scratch_buffer"))   # call n uses scratch half n mod 2
         self.packet_peers: set = set()              # (writer rank, rank whose scratch it writes packets into)
         for call in range(self.CALLS):
-            for r in range(m.n):
+            for r in range(self.d):
                 for storage, value in m.coll.initial_state(r, inplace).items():
                     for u in range(units):
                         self.mem[(r, self._key(call, storage), u)] = value
@@ -878,14 +932,13 @@ class _Execution:
         self.clock[i] = new
 
     def run(self) -> bool:
-        nt = len(self.tbs)
         progress = True
         while progress:
             progress = False
-            for i in range(nt):
+            for i in self.active:
                 while self._step(i):
                     progress = True
-        stuck = [i for i in range(nt) if self.pc[i] < len(self.ops[i])]
+        stuck = [i for i in self.active if self.pc[i] < len(self.ops[i])]
         if stuck:
             for i in stuck[:REPORT_CAP]:
                 call, r, t = self.tbs[i]
@@ -1012,7 +1065,30 @@ class _Execution:
     def _signal(self, i, ep):
         partner = self.m.partner[ep]
         reads = self.pending.pop(ep, [])
+        k = partner[0] // self.d
+        if k:       # to a GPU beyond the quotient: its image's signal to the canonical GPU
+            partner = self.sym.endpoints.get(partner, partner)
+            self.inbox[partner].append((self.sym.image_clock(self.clock[i], -k), self.own[i], self.sym.moved(i, -k),
+                                        [(self._move(loc, -k), self._moved_where(where, -k)) for loc, where in reads]))
+            return
         self.inbox[partner].append((self.clock[i], self.own[i], i, reads))
+
+    def _move(self, loc, k: int):
+        """``g^k`` of a location (rank, storage key, unit): the rank ``k`` shifts on, an input or output chunk moved
+        with it (:mod:`colls.verify.plan_symmetry`)."""
+        q, key, u = loc
+        sym = self.sym.sym
+        t = sym.shifts.get(key[-2], 0)
+        if t:
+            key = key[:-1] + ((key[-1] + k * self.d * t) % sym.sizes[key[-2]],)
+        return (q + k * self.d) % self.m.n, key, u
+
+    def _moved_where(self, where, k: int):
+        return ((where[0] + k * self.d) % self.m.n,) + tuple(where[1:])
+
+    def _image(self, value, k: int):
+        """``g^k`` of a value (packets: their value; the clock and places they carry are moved by the caller)."""
+        return self.sym.sym.image(value, k) if k else value
 
     def _apply(self, i, call, r, t, op, flat, sl) -> None:
         name = op["name"]
@@ -1132,16 +1208,19 @@ class _Execution:
         return acc
 
     def _write_packets(self, call, owner, b, data, i, remote, where, pending=()) -> None:
-        for k, v in enumerate(data):
-            locs = self._packet_locs(call, owner, {"index": b["index"] + k, "size": 1})
-            old = self.mem.get(locs[0])
+        k = owner // self.d         # beyond the quotient: written as by the image k orbit steps back
+        clock, tbi = (self.sym.image_clock(self.clock[i], -k), self.sym.moved(i, -k)) if k else (self.clock[i], i)
+        if k:
+            pending = tuple((self._move(loc, -k), self._moved_where(w, -k)) for loc, w in pending)
+        for j, v in enumerate(data):
+            locs = self._packet_locs(call, owner, {"index": b["index"] + j, "size": 1})
+            old = self.mem.get(self._move(locs[0], -k) if k else locs[0])
             if isinstance(old, _Packet) and old.call == call:
                 self.cx.add("plan-packet-reuse", f"{self.label}: packets of rank {owner}'s scratch chunk "
-                            f"{b['index'] + k} written twice in call {call + 1}", *where, calls=self.calls)
-            packet = _Packet(call, v, self.clock[i], self.own[i], i, pending)
+                            f"{b['index'] + j} written twice in call {call + 1}", *where, calls=self.calls)
+            packet = _Packet(call, self._image(v, -k), clock, self.own[i], tbi, pending)
             for loc in locs:
-                self._record(loc, i, True, remote, where)
-                self.mem[loc] = packet
+                self.mem[self._record(loc, i, True, remote, where)[0]] = packet
 
     def _packet_order(self) -> None:
         """``plan-packet-call``: in each call, every rank that writes packets into a peer's scratch finishes only
@@ -1149,8 +1228,10 @@ class _Execution:
         ends: dict = {}                             # (call, rank) -> what its threadblocks had seen at the end
         members: dict = defaultdict(list)           # (call, rank) -> its threadblocks
         for idx, (call, r, _) in enumerate(self.tbs):
-            ends[(call, r)] = np.maximum(ends[(call, r)], self.clock[idx]) if (call, r) in ends else self.clock[idx]
             members[(call, r)].append(idx)
+        for idx in self.active:                     # the packets' writers: GPUs that run (a symmetry's images alike)
+            call, r, _ = self.tbs[idx]
+            ends[(call, r)] = np.maximum(ends[(call, r)], self.clock[idx]) if (call, r) in ends else self.clock[idx]
         for a, b in sorted(self.packet_peers):
             for call in range(self.CALLS):
                 if not any(ends[(call, a)][j] >= 1 for j in members[(call, b)]):
@@ -1172,40 +1253,46 @@ class _Execution:
         return self._read(call, owner, buf, unit, i, where)
 
     def _read(self, call, r, buf, unit, i, where):
-        loc = (r,) + self._loc(call, r, buf, unit)
-        self._record(loc, i, False, False, where)
+        loc, k = self._record((r,) + self._loc(call, r, buf, unit), i, False, False, where)
         value = self.mem.get(loc)
         if isinstance(value, _Packet):
             self.cx.add("plan-packet-form", f"{self.label}: reads packets as data (rank {r}'s scratch chunk "
                         f"{unit // self.units})", *where, calls=self.calls)
             return None
-        return value
+        return self._image(value, k)
 
     def _write(self, call, r, buf, unit, value, i, remote, where):
         key, u = self._loc(call, r, buf, unit)
         if key[-2] == "i" and buf != "s" and not self.m.coll.input_writable(r, key[-1], self.inplace):
             self.cx.add("plan-input-write", f"{self.label}: writes input chunk {key[-1]} of rank {r}", *where,
                         calls=self.calls)
-        loc = (r, key, u)
-        self._record(loc, i, True, remote, where)
-        self.mem[loc] = value
+        loc, k = self._record((r, key, u), i, True, remote, where)
+        self.mem[loc] = self._image(value, -k)
 
     def _record(self, loc, i, write, remote, where):
         """Check an access against the location's last write (and, for a write, the reads since), each of which
-        must happen before it (its threadblock's clock now covers theirs); keep it as the last write or a read."""
-        x = (i, self.own[i], write, remote, where)
+        must happen before it (its threadblock's clock now covers theirs); keep it as the last write or a read.
+        Returns the location kept, and ``k``: with a symmetry, an access to a GPU ``k`` orbit steps beyond the
+        quotient is kept as its image ``g^-k`` (made on the canonical GPU by the image of threadblock ``i``,
+        whose clock holds at ``e`` what ``i``'s holds at ``g^k e``)."""
+        k = loc[0] // self.d
+        me = i
+        if k:
+            loc, me, where = self._move(loc, -k), self.sym.moved(i, -k), self._moved_where(where, -k)
+        x = (me, self.own[i], write, remote, where)
         clock = self.clock[i]
         state = self.access.get(loc)
         if state is None:
             state = self.access[loc] = [None, []]
         last_write, readers = state
         for y in ([last_write] if last_write else []) + (readers if write else []):
-            if y[0] != i and clock[y[0]] < y[1]:
+            if y[0] != me and clock[self.sym.moved(y[0], k) if k else y[0]] < y[1]:
                 self.unordered.append((loc, y, x))
         if write:
             state[0], state[1] = x, []
         else:
             readers.append(x)
+        return loc, k
 
     def _races(self) -> None:
         """Report the unordered pairs :meth:`_record` found, by location, each pair of places once."""
@@ -1234,7 +1321,7 @@ class _Execution:
     def _post(self) -> None:
         coll = self.m.coll
         for call in range(self.CALLS):
-            for r in range(self.m.n):
+            for r in range(self.d):
                 wrong = []
                 for j in range(coll.out_chunks):
                     want = coll.expected(r, j)
@@ -1261,11 +1348,12 @@ def proved_plan(program: Program, topology, *, name: str, inplace: bool, source:
     call type and every other one the program serves; returns (plan, the call types proved). CollsError naming
     the limit or the first finding when the plan cannot be written or is not proved."""
     plan = mscclpp.plan_of(program, topology, name=name, inplace=inplace, slice_bytes=slice_bytes, protocol=protocol)
+    proof = mscclpp.rt.PLAN_PROOF_THREADBLOCKS
     modes = {bool(inplace)}
     modes |= {True} if program.inplace else set()
     modes |= {False} if program.outofplace else set()
     for ip in sorted(modes):
-        report = verify_plan(plan, program.coll, source, inplace=ip)
+        report = verify_plan(plan, program.coll, source, inplace=ip, max_clocks=proof * proof)
         if not report.ok or not report.facts.get("semantics_checked"):
             first = next((f for f in report.findings if f.severity == "error"), None)
             why = str(first) if first is not None else "; ".join(report.unproven) or "not proven"
