@@ -211,24 +211,3 @@ def test_a_lane_holds_its_fifo_of_messages_until_each_is_received():
         return solve(problem, Settings(time_limit=10)).makespan
     assert makespan(0) == 16 and makespan(2) == 34
 
-
-
-def test_allreduce_halves_run_on_threadblocks_of_their_own_where_the_gpu_holds_them():
-    """The reduce-scatter and the allgather of milp's allreduce are solved as if each ran alone; on shared lanes
-    the allgather's transfers went into the reduce-scatter's threadblocks (19 a GPU on 2 x MI250) and its half
-    took 59 us against its stage's 47.5: 134.4 us simulated against a 121.9 us objective. Apart (40), 125.0 us.
-    Where a GPU cannot hold every peer's threadblock of both apart (2 x DGX-2: 112 of its 80 SMs), they share
-    lanes as before."""
-    from colls.schedule import Op
-    from colls.simulate import simulate
-    from colls.synth.milp import _lanes, _stage_lanes, _threadblocks
-    first = [Op(0, 0, p, "i", 0, "o", 0, lane=0) for p in (1, 2, 3)]
-    second = [Op(1, p, 0, "o", 0, "o", 0, lane=1) for p in (1, 2, 3)]
-    apart = _stage_lanes([first, second], max_tbs=12)
-    assert not {op.lane for op in apart[:3]} & {op.lane for op in apart[3:]}
-    assert _threadblocks(apart, paired=False) == 6
-    assert _stage_lanes([first, second], max_tbs=5) == _lanes(first + second, 5)     # 6 apart: over 5
-    topo = _load("mi250", 2)
-    c = pipeline.compile_schedule(topo, Collective("allreduce", topo.ngpus), "milp", in_memory=True, prove=False)
-    t = simulate(c.program, topo, "allreduce", 1 << 20)[0].time_us
-    assert t <= c.schedule.info["objective_us"] * 1.05, t

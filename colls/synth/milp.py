@@ -416,10 +416,9 @@ class _Builder:
             else:
                 ag = self.run("allgather", forward)
             first = 1 + max(op.step for op in ops)
-            halves = [ops, self._multicast(forward, ag, first, lambda c: (("o", c), ("o", c)), copy=False)]
-            ops, scratch = halves[0] + halves[1], 0
-        laned = _stage_lanes(halves, self.max_tbs) if kind == "allreduce" else _lanes(ops, self.max_tbs)
-        schedule = Schedule(self.coll, laned, METHOD, scratch)
+            ops += self._multicast(forward, ag, first, lambda c: (("o", c), ("o", c)), copy=False)
+            scratch = 0
+        schedule = Schedule(self.coll, _lanes(ops, self.max_tbs), METHOD, scratch)
         schedule.info.update(self.facts(), lanes=len(schedule.lanes))
         if kind == "alltoall":
             schedule.info["staged_blocks"] = staged_blocks(ops, self.coll)
@@ -569,43 +568,10 @@ def _lanes(ops: list[Op], max_tbs: int | None = None) -> list[Op]:
             for op in ops]
 
 
-def _stage_lanes(stages: list[list[Op]], max_tbs: int | None = None) -> list[Op]:
-    """Lanes for stages that run one after another in one schedule (allreduce: its reduce-scatter, then the
-    allgather of the sums), each on threadblocks of its own (:func:`_lanes` per stage, the later ones' lanes
-    after the earlier ones'), where a GPU holds them all (``max_tbs``); else :func:`_lanes` over every op.
-
-    The model solves each stage as if it ran alone, and the objective adds them up. On shared lanes the
-    allgather's sends and receives go into the threadblocks of the reduce-scatter's, fewer than either stage
-    has alone, whose steps run in order: on 2 x MI250 (1 MB) the allreduce held 19 threadblocks a GPU, the
-    allgather alone 21, and its half of the allreduce took 59 us on GPU 0 against its stage's 47.5 us. Apart,
-    colls.simulate puts the allreduce at 125.0 us against 134.4 (objective 121.9 us); 2 x NDv2 197.7 against
-    211.8 (objective 192.5 us), on 40 and 37 threadblocks a GPU (19 both before); 2 x DGX A100 95.2 against 98.0.
-    Apart only where the GPU holds a threadblock for every peer a stage's lane sends to and every one it receives
-    from (``paired=False``: each lane's parity puts a hop's receive and the next hop's send on two lanes, so the
-    lowering fuses none): 2 x DGX-2 would need 112 of its 80 SMs, and the lowering's packing of the rest put the
-    allreduce at 150.9 us against 117.8 shared."""
-    out: list[Op] = []
-    top = 0
-    for ops in stages:
-        laned = _lanes(ops, max_tbs)
-        out += [replace(op, lane=op.lane + top) for op in laned]
-        top += 1 + max((op.lane for op in laned), default=-1)
-    if max_tbs is None or _threadblocks(out, paired=False) <= max_tbs:
-        return out
-    return _lanes([op for ops in stages for op in ops], max_tbs)
-
-
-def _threadblocks(ops: list[Op], paired: bool = True) -> int:
+def _threadblocks(ops: list[Op]) -> int:
     """The fewest threadblocks the busiest rank needs for ``ops`` on their lanes (those of its remote ops,
-    :func:`colls.schedule.fewest_threadblocks`, and one for its local copies on each lane that has them);
-    ``paired`` False: with none of a lane's receives and sends in one threadblock (one per peer and direction)."""
-    peers = channel_peers(ops, lambda op: op.lane)
-    if paired:
-        per_rank = fewest_threadblocks(peers)
-    else:
-        per_rank = defaultdict(int)
-        for (rank, _, _), p in peers.items():
-            per_rank[rank] += len(p)
+    :func:`colls.schedule.fewest_threadblocks`, and one for its local copies on each lane that has them)."""
+    per_rank = fewest_threadblocks(channel_peers(ops, lambda op: op.lane))
     local = defaultdict(set)
     for op in ops:
         if op.local:
