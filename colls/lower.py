@@ -192,6 +192,13 @@ def _lower_all(schedule: Schedule, target: Target, options: LowerOptions, sym: t
                                                     len(lanes), lane_chan, cuts, limit_tbs, sym)
             if program is not None and not over:
                 return program
+            stuck = _indivisible(over, all_ops, nseg, nsteps, base, lane_chan, cuts) if over else None
+            if stuck is not None:
+                (src, dst), count, step = stuck
+                raise LimitError(f"{schedule.method} {schedule.collective.kind}: GPU {src}'s {count} transfers to GPU "
+                                 f"{dst}, all of step {step} on one lane, do not fit one threadblock of "
+                                 f"{target.name}, and neither a cut nor a step segment splits one step's transfers; "
+                                 "try fewer --instances or --chunks, or another --method")
             if not over or not _cut_more(cuts, over, all_ops, nseg, nsteps, base, lane_chan, target,
                                          None if sym is None else (sym[0], schedule.collective.nranks)):
                 break
@@ -293,8 +300,8 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
         refused = options.fits(whole, reps)
     if refused:
         by_id = {(g.id, tb.id): tb for g in program.gpus for tb in g.tbs}
-        over = [(gpu, tid, by_id[gpu, tid].chan, by_id[gpu, tid].recv, by_id[gpu, tid].send)
-                for gpu, tid in refused]
+        over = [(gpu, tid, by_id[gpu, tid].chan, by_id[gpu, tid].recv, by_id[gpu, tid].send,
+                 len(by_id[gpu, tid].steps)) for gpu, tid in refused]
         return program, (f"{schedule.method} {schedule.collective.kind}: a threadblock of {steps} steps does "
                          f"not fit {target.name}"), over
     return program, None, []
@@ -407,7 +414,7 @@ def _cut_more(cuts: dict, over: list, all_ops: list, nseg: int, nsteps: int, bas
     cut is cut alike in its images under rotation by ``d`` of ``n`` ranks (a step keeps its number)."""
     width = base * nseg
     wanted = set()
-    for gpu, _, chan, recv, send in over:
+    for gpu, _, chan, recv, send, _ in over:
         c = chan % width
         if recv is not None and recv >= 0:
             wanted.add((recv, gpu, c))
@@ -437,6 +444,34 @@ def _cut_more(cuts: dict, over: list, all_ops: list, nseg: int, nsteps: int, bas
             for k in range(d, n, d):
                 cuts[(src + k) % n, (dst + k) % n, c] = new
     return bool(made)
+
+
+def _indivisible(over: list, all_ops: list, nseg: int, nsteps: int, base: int, lane_chan: dict,
+                 cuts: dict) -> tuple | None:
+    """A refused threadblock (of ``over``, as :func:`_lower_once` gives them) that only sends to, or only
+    receives from, one peer, every step of it a transfer of the same lane and step: ((src, dst), count, step),
+    or None. Cuts (:func:`_cut_more`) and step segments split a connection at step numbers, and a lane's
+    transfers of one step on one connection always share a channel, so they stay in one threadblock in every
+    layout the search tries, with the same peers' steps around them: it is refused in all of them (2.2 GB and
+    60 s of segments up to 256 channels on 4 x MI250's hier reducescatter for plans, 11 sends of step 0 from
+    GPU 0 to GPU 1, each about 6 of a plan threadblock's 64 ops)."""
+    width = base * nseg
+    held: dict = defaultdict(list)      # (src, dst, channel) -> (lane, step) of each transfer on it
+    for op in all_ops:
+        if not op.local:
+            seg = _step_segment(op.step, nseg, nsteps)
+            at = cuts.get((op.src, op.dst, lane_chan[op.lane] + seg))
+            part = bisect.bisect_right(at, op.step) if at else 0
+            held[(op.src, op.dst, lane_chan[op.lane] + seg + part * width)].append((op.lane, op.step))
+    for gpu, _, chan, recv, send, steps in over:
+        sends, recvs = send is not None and send >= 0, recv is not None and recv >= 0
+        if sends == recvs:
+            continue
+        pair = (gpu, send) if sends else (recv, gpu)
+        ops = held.get(pair + (chan,), [])
+        if len(ops) == steps and len(set(ops)) == 1:
+            return pair, steps, ops[0][1]
+    return None
 
 
 def _least_steps(ops: list[Op], chan_of) -> int:
