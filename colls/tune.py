@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 
 from colls import pipeline
-from colls.errors import CollsError
+from colls.errors import CollsError, LimitError
 from colls.simulate.baseline import Fastest, runtime_blocks
 from colls.synth import trees
 from colls.sizes import size_text
@@ -103,8 +103,13 @@ def _fastest_count(topology, collective, method, options: dict, unproved: dict):
         try:
             made[count] = pipeline.compile_schedule(
                 topology, collective, method, options=dict(options, trees_per_gpu=count), **unproved)
+        except LimitError as e:
+            if count == 1 and e.limit == "threadblocks":    # the fewest trees hold the fewest threadblocks
+                raise LimitError(f"trees {collective.kind} on {topology.name}: no number of trees per GPU fits, "
+                                 f"one already needs too many threadblocks: {e}", limit="threadblocks") from None
+            break               # more than the target loads (more trees would not load either)
         except CollsError:
-            break               # more than the target loads (more trees would not load either), or no packing
+            break               # no packing
         score = time_it(count)
         if score is not None:
             timed[count] = score
