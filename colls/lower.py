@@ -452,7 +452,7 @@ def _indivisible(over: list, all_ops: list, nseg: int, nsteps: int, base: int, l
     receives from, one peer, every step of it a transfer of the same lane and step: ((src, dst), count, step),
     or None. Cuts (:func:`_cut_more`) and step segments split a connection at step numbers, and a lane's
     transfers of one step on one connection always share a channel, so they stay in one threadblock in every
-    layout the search tries, with the same peers' steps around them: it is refused in all of them (2.2 GB and
+    layout the search tries (more lanes on a channel only add to it): it is refused in all of them (2.2 GB and
     60 s of segments up to 256 channels on 4 x MI250's hier reducescatter for plans, 11 sends of step 0 from
     GPU 0 to GPU 1, each about 6 of a plan threadblock's 64 ops)."""
     width = base * nseg

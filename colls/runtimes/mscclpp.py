@@ -98,7 +98,6 @@ PLAN_MAX_CHANNELS = 256
 # plan whose GPUs run one plan relabelled is proved on one orbit (colls.verify.plan_symmetry): only its
 # threadblocks run, each with a clock of every threadblock, (orbit x T) x (GPUs x T) entries for T a GPU.
 PLAN_PROOF_THREADBLOCKS = 3072
-
 # The fewest ops a step that sends or receives takes in a plan (colls.mscclpp._tb_plan): its data op, and
 # pipelined, the pipeline op around it (counted beside its body, EP setupOperations); written whole, the wait
 # for its message or credit before it. A threadblock holds at most MAX_OPERATIONS / 2 of them whatever the
