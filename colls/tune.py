@@ -52,7 +52,7 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
         return pipeline.compile_schedule(topology, collective, method, options=options, **settings)
     unproved = dict(settings, in_memory=True, prove=False)      # simulated only; the one chosen is proved after
     if count:
-        chosen, facts, score, timer, times = _fastest_count(topology, collective, method, options, unproved)
+        chosen, facts, score, timer, times = _fastest_count(topology, collective, method, options, unproved, fits)
     else:
         chosen = pipeline.compile_schedule(topology, collective, method, options=options, **unproved)
         facts, score, timer, times = {}, None, None, None
@@ -77,10 +77,12 @@ def _as_asked(chosen, settings: dict):
                            prove=settings.get("prove", True))
 
 
-def _fastest_count(topology, collective, method, options: dict, unproved: dict):
+def _fastest_count(topology, collective, method, options: dict, unproved: dict, fits=None):
     """The trees file with the count of trees per GPU that simulates fastest (not proved), with the facts that
     say how it was chosen, its score and its timer (:func:`_timer`; None when no count was timed), for
-    :func:`_fastest_copies`.
+    :func:`_fastest_copies`. ``fits`` (:func:`compile_fastest`'s): a count whose file it refuses ends the search
+    as a slower one would; refused at one tree per GPU, that file is returned untimed (a plan is then written
+    from the program cut for plans, whose counts :func:`compile_for_plans` searches again).
 
     Counts are tried from one tree per GPU up, doubling while each doubling simulates faster than every count
     before it, below the link model's count (:func:`colls.synth.trees.k_candidates`); the link model's own file
@@ -110,6 +112,11 @@ def _fastest_count(topology, collective, method, options: dict, unproved: dict):
             break               # more than the target loads (more trees would not load either)
         except CollsError:
             break               # no packing
+        if fits is not None and not fits(made[count]):
+            if best is None:
+                return made[count], {}, None, None, None
+            stopped = count
+            break
         score = time_it(count)
         if score is not None:
             timed[count] = score

@@ -202,3 +202,22 @@ def test_trees_refused_at_one_tree_per_gpu_are_not_lowered_at_more(monkeypatch):
                              in_memory=True, prove=False, target="exe")
     assert e.value.limit == "threadblocks" and "more than --max-threadblocks 6" in str(e.value)
     assert calls == [1]
+
+
+def test_a_trees_count_no_plan_holds_ends_the_count_search(monkeypatch):
+    """For a plan, a trees count whose file does not fit (``fits``: its ops per threadblock) is not timed and
+    ends the search as a slower count would; at one tree per GPU its file is returned as it is, and the plan is
+    written from the program cut for plans, whose counts are searched again (4 x MI250's allreduce for plans
+    was refused after one and two trees were made and timed as XML files: 6.2 s; 2.3 s)."""
+    topo = load_topology("mi250", nodes=1)
+    calls = []
+    made = pipeline.compile_schedule
+
+    def spy(*args, **kw):
+        calls.append((kw.get("options") or {}).get("trees_per_gpu"))
+        return made(*args, **kw)
+    monkeypatch.setattr(pipeline, "compile_schedule", spy)
+    monkeypatch.setattr(tune, "_timer", lambda *a: pytest.fail("a file no plan holds was timed"))
+    r = tune.compile_fastest(topo, Collective("allreduce", topo.ngpus), "trees", fits=lambda made: False,
+                             in_memory=True, prove=False, target="exe")
+    assert calls == [1] and r.facts["instances"] == 1
