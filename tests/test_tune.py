@@ -184,12 +184,8 @@ def test_a_file_of_one_copy_that_does_not_fit_is_neither_copied_nor_deepened(mon
     assert made.facts["instances"] == 1 and "copies_tuned" not in made.facts
 
 
-def test_trees_refused_at_one_tree_per_gpu_are_not_lowered_at_more(monkeypatch):
-    """The count search starts at one tree per GPU, the fewest threadblocks; refused there for threadblocks, the
-    request is refused at once. It went on to the link model's count and every count down to one again (4 x
-    MI250's allreduce for plans: 3, 2 and 1 trees lowered and cut, 14.7 s; now 5.9 s)."""
-    from colls.errors import LimitError
-    topo = load_topology("mi250", nodes=1)
+def _counted_trees(monkeypatch) -> list:
+    """The trees counts (``trees_per_gpu``, None for the link model's) compile_schedule is asked for, in order."""
     calls = []
     made = pipeline.compile_schedule
 
@@ -197,6 +193,16 @@ def test_trees_refused_at_one_tree_per_gpu_are_not_lowered_at_more(monkeypatch):
         calls.append((kw.get("options") or {}).get("trees_per_gpu"))
         return made(*args, **kw)
     monkeypatch.setattr(pipeline, "compile_schedule", spy)
+    return calls
+
+
+def test_trees_refused_at_one_tree_per_gpu_are_not_lowered_at_more(monkeypatch):
+    """The count search starts at one tree per GPU, the fewest threadblocks; refused there for threadblocks, the
+    request is refused at once. It went on to the link model's count and every count down to one again (4 x
+    MI250's allreduce for plans: 3, 2 and 1 trees lowered and cut, 14.7 s; 6.2 s)."""
+    from colls.errors import LimitError
+    topo = load_topology("mi250", nodes=1)
+    calls = _counted_trees(monkeypatch)
     with pytest.raises(LimitError, match="one already needs too many threadblocks") as e:
         tune.compile_fastest(topo, Collective("allreduce", topo.ngpus), "trees", options={"max_threadblocks": 6},
                              in_memory=True, prove=False, target="exe")
@@ -210,13 +216,7 @@ def test_a_trees_count_no_plan_holds_ends_the_count_search(monkeypatch):
     written from the program cut for plans, whose counts are searched again (4 x MI250's allreduce for plans
     was refused after one and two trees were made and timed as XML files: 6.2 s; 2.3 s)."""
     topo = load_topology("mi250", nodes=1)
-    calls = []
-    made = pipeline.compile_schedule
-
-    def spy(*args, **kw):
-        calls.append((kw.get("options") or {}).get("trees_per_gpu"))
-        return made(*args, **kw)
-    monkeypatch.setattr(pipeline, "compile_schedule", spy)
+    calls = _counted_trees(monkeypatch)
     monkeypatch.setattr(tune, "_timer", lambda *a: pytest.fail("a file no plan holds was timed"))
     r = tune.compile_fastest(topo, Collective("allreduce", topo.ngpus), "trees", fits=lambda made: False,
                              in_memory=True, prove=False, target="exe")
