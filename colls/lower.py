@@ -219,15 +219,10 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
     width = base * nseg
 
     def seg_of(op: Op, step: int) -> tuple:
-        seg = _step_segment(step, nseg, nsteps)
-        if op.local or not cuts:
-            return seg, 0
-        at = cuts.get((op.src, op.dst, lane_chan[op.lane] + seg))
-        return seg, (bisect.bisect_right(at, step) if at else 0)
+        return _seg_part(op, step, nseg, nsteps, lane_chan, cuts)
 
     def chan_before(op: Op) -> int:     # an op's channel, known before the segments' stores are added
-        seg, part = seg_of(op, op.step)
-        return lane_chan[op.lane] + seg + part * width
+        return _channel_before(op, nseg, nsteps, base, lane_chan, cuts)
 
     least = _least_steps(all_ops, chan_before)  # the stores only add steps: too many already, none will fit
     if least > target.max_steps:
@@ -446,6 +441,22 @@ def _cut_more(cuts: dict, over: list, all_ops: list, nseg: int, nsteps: int, bas
     return bool(made)
 
 
+def _seg_part(op: Op, step: int, nseg: int, nsteps: int, lane_chan: dict, cuts: dict) -> tuple:
+    """(step segment, part of its connection's cut) of ``op`` were it at ``step``."""
+    seg = _step_segment(step, nseg, nsteps)
+    if op.local or not cuts:
+        return seg, 0
+    at = cuts.get((op.src, op.dst, lane_chan[op.lane] + seg))
+    return seg, (bisect.bisect_right(at, step) if at else 0)
+
+
+def _channel_before(op: Op, nseg: int, nsteps: int, base: int, lane_chan: dict, cuts: dict) -> int:
+    """``op``'s channel with ``nseg`` step segments and the connections of ``cuts`` cut, before the segments'
+    stores are added (channel c's part k on channel c + k x base x nseg)."""
+    seg, part = _seg_part(op, op.step, nseg, nsteps, lane_chan, cuts)
+    return lane_chan[op.lane] + seg + part * base * nseg
+
+
 def _indivisible(over: list, all_ops: list, nseg: int, nsteps: int, base: int, lane_chan: dict,
                  cuts: dict) -> tuple | None:
     """A refused threadblock (of ``over``, as :func:`_lower_once` gives them) that only sends to, or only
@@ -455,14 +466,10 @@ def _indivisible(over: list, all_ops: list, nseg: int, nsteps: int, base: int, l
     layout the search tries (more lanes on a channel only add to it): it is refused in all of them (2.2 GB and
     60 s of segments up to 256 channels on 4 x MI250's hier reducescatter for plans, 11 sends of step 0 from
     GPU 0 to GPU 1, each about 6 of a plan threadblock's 64 ops)."""
-    width = base * nseg
     held: dict = defaultdict(list)      # (src, dst, channel) -> (lane, step) of each transfer on it
     for op in all_ops:
         if not op.local:
-            seg = _step_segment(op.step, nseg, nsteps)
-            at = cuts.get((op.src, op.dst, lane_chan[op.lane] + seg))
-            part = bisect.bisect_right(at, op.step) if at else 0
-            held[(op.src, op.dst, lane_chan[op.lane] + seg + part * width)].append((op.lane, op.step))
+            held[(op.src, op.dst, _channel_before(op, nseg, nsteps, base, lane_chan, cuts))].append((op.lane, op.step))
     for gpu, _, chan, recv, send, steps in over:
         sends, recvs = send is not None and send >= 0, recv is not None and recv >= 0
         if sends == recvs:
