@@ -75,11 +75,11 @@ def _remote(ref: int, index: int, size: int) -> dict:
 
 
 class _Conn:
-    __slots__ = ("src", "dst", "chan", "n", "sender", "receiver", "ctype", "messages", "slot", "slots",
+    __slots__ = ("src", "dst", "chan", "sender", "receiver", "ctype", "messages", "slot", "slots",
                  "base", "stage", "src_index", "dst_index", "at", "staged")
 
-    def __init__(self, src, dst, chan, n):
-        self.src, self.dst, self.chan, self.n = src, dst, chan, n     # n: the program's GPUs
+    def __init__(self, src, dst, chan):
+        self.src, self.dst, self.chan = src, dst, chan
         self.sender = self.receiver = None      # XML threadblock ids
         self.ctype = "memory"
         self.messages: list[int] = []           # cnt of each message, in order
@@ -237,12 +237,12 @@ def _plan(program: Program, topology, name, inplace, slots: int, slice_bytes: in
 
     # scratch: the program's own chunks first, then the slots of each incoming connection, then staging
     scratch = {g.id: g.s_chunks or 0 for g in program.gpus}
-    for c in sorted(conns.values(), key=_incoming):
+    for c in sorted(conns.values(), key=lambda c: _incoming(c, len(program.gpus))):
         c.slot = max(c.messages)
         c.slots = min(slots, len(c.messages))
         c.base = scratch[c.dst]
         scratch[c.dst] += c.slot * c.slots
-    for c in sorted(conns.values(), key=_outgoing):
+    for c in sorted(conns.values(), key=lambda c: _outgoing(c, len(program.gpus))):
         if c.ctype == "port":
             c.stage = scratch[c.src]
             scratch[c.src] += c.slot * c.slots
@@ -298,17 +298,17 @@ def _checked(program: Program, name, inplace) -> tuple[str, bool]:
     return kind, (not program.outofplace) if inplace is None else inplace
 
 
-def _incoming(c) -> tuple:
+def _incoming(c, n: int) -> tuple:
     """Where a connection's slots go in its receiver's scratch: by receiver, then by the sender's place relative
     to it (``(src - dst) mod n``, not the sender's rank), so GPUs that run one program relabelled get the same
     scratch offsets, which colls.verify.plan's proof by symmetry needs (channel and remote buffer lists may be
     in any order: the proof names channels by the threadblocks that hold them)."""
-    return c.dst, (c.src - c.dst) % c.n, c.chan
+    return c.dst, (c.src - c.dst) % n, c.chan
 
 
-def _outgoing(c) -> tuple:
+def _outgoing(c, n: int) -> tuple:
     """A port connection's staging in its sender's scratch: by sender, then the receiver relative to it."""
-    return c.src, (c.dst - c.src) % c.n, c.chan
+    return c.src, (c.dst - c.src) % n, c.chan
 
 
 def _channel_lists(program: Program, conns: dict) -> dict:
@@ -345,18 +345,17 @@ def _chunk_limit(program: Program, kind: str, scratch: dict) -> tuple[int, int]:
 
 def _connections(program: Program, topology) -> dict:
     conns: dict = {}
-    n = len(program.gpus)
     for g in program.gpus:
         for tb in g.tbs:
             if tb.send is not None and tb.send >= 0:
-                c = conns.setdefault((g.id, tb.send, tb.chan), _Conn(g.id, tb.send, tb.chan, n))
+                c = conns.setdefault((g.id, tb.send, tb.chan), _Conn(g.id, tb.send, tb.chan))
                 if c.sender is not None:
                     raise CollsError(f"gpu {g.id}: two threadblocks send to {tb.send} on channel {tb.chan}",
                                      key="tb")
                 c.sender = tb.id
                 c.messages = [st.cnt for st in tb.steps if STEP_SEMANTICS[st.type][0]]
             if tb.recv is not None and tb.recv >= 0:
-                c = conns.setdefault((tb.recv, g.id, tb.chan), _Conn(tb.recv, g.id, tb.chan, n))
+                c = conns.setdefault((tb.recv, g.id, tb.chan), _Conn(tb.recv, g.id, tb.chan))
                 if c.receiver is not None:
                     raise CollsError(f"gpu {g.id}: two threadblocks receive from {tb.recv} on channel "
                                      f"{tb.chan}", key="tb")
@@ -576,11 +575,11 @@ def _packet_plan(program: Program, topology, name, inplace) -> dict:
     channels = _channel_lists(program, conns)
     own = {g.id: g.s_chunks or 0 for g in program.gpus}
     packets = {gid: -(-n // 2) for gid, n in own.items()}   # packet index p starts at byte 2 p chunk >= raw's end
-    for c in sorted(conns.values(), key=_incoming):
+    for c in sorted(conns.values(), key=lambda c: _incoming(c, len(program.gpus))):
         for cnt in c.messages:
             c.at.append(packets[c.dst])
             packets[c.dst] += cnt
-    for c in sorted(conns.values(), key=_outgoing):
+    for c in sorted(conns.values(), key=lambda c: _outgoing(c, len(program.gpus))):
         if c.ctype == "port":
             for cnt in c.messages:
                 c.staged.append(packets[c.src])
