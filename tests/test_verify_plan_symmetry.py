@@ -24,9 +24,7 @@ def _plan(case):
     topo = _topo(machine)
     program = pipeline.compile_schedule(topo, Collective(kind, topo.ngpus), method, target="mscclpp",
                                         in_memory=True, prove=False).program
-    return mscclpp.plan_of(program, topo, name="-".join(case), inplace=False,
-                           protocol=proto) if proto == "LL" else \
-        mscclpp.plan_of(program, topo, name="-".join(case), inplace=False)
+    return mscclpp.plan_of(program, topo, name="-".join(case), inplace=False, protocol=proto)
 
 
 @lru_cache(maxsize=None)
