@@ -211,3 +211,24 @@ def test_a_lane_holds_its_fifo_of_messages_until_each_is_received():
         return solve(problem, Settings(time_limit=10)).makespan
     assert makespan(0) == 16 and makespan(2) == 34
 
+
+
+def test_the_makespan_is_minimized_in_steps_of_its_greedy_start():
+    """Six chunks from GPU 0 to GPU 1 that each hold the link for 997 units: the optimum sends them back to back,
+    the last arriving at 6 x 997 + 10 = 5,992. Minimized in steps of 1/OBJECTIVE_STEPS of the greedy makespan
+    (milp_model.OBJECTIVE_STEPS: minimizing T itself, CP-SAT lowers a large machine's incumbent one unit at a
+    time), the solution is within one step of it, its makespan the last arrival (not the step's end), its bound
+    at most the optimum and within one step of the makespan, and its status says it is optimal to that step."""
+    from colls.synth.milp_model import OBJECTIVE_STEPS, Chunk, Connection, Problem, Settings, solve
+    conns = {(0, 1): Connection(10, 997, (("a", "b"),), True, 0, busy=1),
+             (1, 0): Connection(10, 997, (("b", "a"),), True, 1, busy=1)}
+    chunks = [Chunk(0, frozenset([1]), 0)] * 6
+    problem = Problem(2, 1, conns, chunks, False, None, False, group=[(0, 1)],
+                      chunk_maps={(0, 1): list(range(6))}, pair_lanes=2, lane_ops=64)
+    solution = solve(problem, Settings(time_limit=10))
+    step = solution.greedy // OBJECTIVE_STEPS
+    assert step > 1
+    assert solution.makespan == max(send[4] for send in solution.sends)
+    assert 5992 <= solution.makespan < 5992 + step
+    assert solution.bound <= 5992 < solution.bound + step
+    assert solution.status == f"optimal to a step of {step} units"

@@ -19,7 +19,8 @@ developers.google.com/optimization/cp), propagated by edge finding and disjuncti
 relaxed into its LP by the solver itself. So one model decides the route of every chunk, the order on
 every link and the times together, instead of fixing routes before orders are known. Times are
 integers: every cost is scaled to units of ``info["time_unit_us"]`` (the smallest transfer's link
-occupancy is at least 100 units, so rounding moves no cost by more than 1%). Measured on 2 x NDv2
+occupancy is at least 100 units, so rounding moves no cost by more than 1%), and the makespan is minimized in
+steps of 0.1 % of the greedy start's (``milp_model.OBJECTIVE_STEPS`` says why). Measured on 2 x NDv2
 allgather (bench/milp.py): the greedy start this module computes is improved within seconds, and
 the solver's own bound (with TACCL's load <= makespan constraints added as redundant cuts) tells how
 far the result can be from the best schedule of the model.
