@@ -168,23 +168,27 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
     # the runtime's are laid out and timed in the workers too, one task per collective (laying them out is
     # seconds on a large machine, which the parent would spend while the workers wait)
     budget = {} if max_threadblocks is None else {"max_threadblocks": max_threadblocks}
+    # one task per method and collective, but milp's collectives that solve the same problems in one (_together);
     # the longest-looking first, so no long task starts last while the other processes wait (see _slow_first)
-    synth = sorted([(pi, name) for pi in range(len(plans)) for name in methods] +
-                   [(pi, RUNTIME) for pi in range(len(plans))], key=lambda x: _slow_first(x[1], plans[x[0]].kind))
-    tasks = [(f"{plans[pi].kind}: synthesizing with {name}",
-              partial(_variants, topology, collectives[pi], name, target,
+    synth = sorted([(pis, name) for name in methods for pis in _together(name, [p.kind for p in plans])] +
+                   [((pi,), RUNTIME) for pi in range(len(plans))],
+                   key=lambda x: _slow_first(x[1], plans[x[0][0]].kind))
+    tasks = [(f"{', '.join(plans[pi].kind for pi in pis)}: synthesizing with {name}",
+              partial(_variants_of, topology, [collectives[pi] for pi in pis], name, target,
                       dict(milp if name == "milp" else {}, **budget), sizes)) if name != RUNTIME else
-             (f"{plans[pi].kind}: timing the runtime's own algorithms",
-              partial(_runtime_times, topology, plans[pi].kind, collectives[pi].root, target, sizes, plans[pi].bound))
-             for pi, name in synth]
+             (f"{plans[pis[0]].kind}: timing the runtime's own algorithms",
+              partial(_runtime_times, topology, plans[pis[0]].kind, collectives[pis[0]].root, target, sizes,
+                      plans[pis[0]].bound))
+             for pis, name in synth]
     progress(f"synthesizing with {', '.join(methods)} for {', '.join(kinds)}, and timing the runtime's own "
              f"algorithms at {len(sizes)} sizes from {size_text(sizes[0])} to {size_text(sizes[-1])} "
              f"({_processes(jobs)})")
-    for (pi, name), done in zip(synth, _in_processes(tasks, jobs, progress)):
-        p = plans[pi]
+    for (pis, name), done in zip(synth, _in_processes(tasks, jobs, progress)):
         if name != RUNTIME:
-            p.methods[methods.index(name)] = done
+            for pi, m in zip(pis, done):
+                plans[pi].methods[methods.index(name)] = m
             continue
+        p = plans[pis[0]]
         p.nccl, notes = done
         p.notes = notes + p.notes
     for p in plans:
@@ -315,6 +319,28 @@ def _in_processes(tasks: list, jobs: int, progress) -> list:
 
 def _run_task(i: int):
     return _TASKS[i][1]()
+
+
+# milp's allreduce solves the reduce-scatter's problem and the allgather's (colls.synth.milp.sharing_solves): one
+# task makes the three, the allreduce first, so each problem is solved once
+_SOLVED_TOGETHER = ("allreduce", "reducescatter", "allgather")
+
+
+def _together(name: str, kinds: list) -> list[tuple]:
+    """The tasks of method ``name`` in :func:`plan`: tuples of indices into ``kinds``, one collective each, but
+    milp's of :data:`_SOLVED_TOGETHER` in one, in that order."""
+    if name != "milp":
+        return [(i,) for i in range(len(kinds))]
+    shared = tuple(sorted((i for i, k in enumerate(kinds) if k in _SOLVED_TOGETHER),
+                          key=lambda i: _SOLVED_TOGETHER.index(kinds[i])))
+    return ([shared] if shared else []) + [(i,) for i, k in enumerate(kinds) if k not in _SOLVED_TOGETHER]
+
+
+def _variants_of(topology, colls: list, name, target, options, sizes=None) -> list[Method]:
+    """:func:`_variants` of each collective, in one process, milp's solves shared (``sharing_solves``)."""
+    from colls.synth import milp
+    with milp.sharing_solves():
+        return [_variants(topology, coll, name, target, options, sizes) for coll in colls]
 
 
 def _variants(topology, coll, name, target, options, sizes=None) -> Method:

@@ -402,3 +402,31 @@ def test_deeper_trees_take_the_middle_sizes_and_one_chunk_a_tree_the_small_ones(
     assert large["sizes"][0]["busbw_gbps"] > 1.05 * large["sizes"][0]["nccl_busbw_gbps"]
     readme = (out / "README.md").read_text()
     assert f"{large['chunks_per_loop'] // small['chunks_per_loop']} chunks a tree" in readme
+
+
+def test_milp_solves_the_problems_its_collectives_share_once(small, monkeypatch):
+    """milp's allreduce solves the reduce-scatter's problem and the allgather's: compile makes the three in one task,
+    each problem solved once, and the files are those each collective makes alone."""
+    from colls.inputs import hardware
+    from colls.synth import milp
+    topo = hardware.load_topology(small, nodes=2)
+    kinds = ["allgather", "alltoall", "allreduce", "reducescatter"]
+    assert comp._together("milp", kinds) == [(2, 3, 0), (1,)]
+    assert comp._together("ring", kinds) == [(0,), (1,), (2,), (3,)]
+    solves = []
+    real = milp.solve
+
+    def counted(problem, settings):
+        solves.append(problem)
+        return real(problem, settings)
+
+    monkeypatch.setattr(milp, "solve", counted)
+    sizes = [1 << 20]
+    colls = [comp.Collective(k, topo.ngpus) for k in ("allreduce", "reducescatter", "allgather")]
+    together = comp._variants_of(topo, colls, "milp", "exe", comp.milp_settings(), sizes)
+    assert len(solves) == 2
+    alone = [comp._variants(topo, c, "milp", "exe", comp.milp_settings(), sizes) for c in colls]
+    assert len(solves) == 2 + 4
+    assert milp._SHARED is None
+    for a, b in zip(together, alone):
+        assert [v.program for v in a.variants] == [v.program for v in b.variants] and a.variants
