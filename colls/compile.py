@@ -174,8 +174,8 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
                    [((pi,), RUNTIME) for pi in range(len(plans))],
                    key=lambda x: _slow_first(x[1], plans[x[0][0]].kind))
     tasks = [(f"{', '.join(plans[pi].kind for pi in pis)}: synthesizing with {name}",
-              partial(_variants_of, topology, [collectives[pi] for pi in pis], name, target,
-                      dict(milp if name == "milp" else {}, **budget), sizes)) if name != RUNTIME else
+              partial(_each, partial(_variants, topology), [(collectives[pi], name, target, dict(
+                  milp if name == "milp" else {}, **budget), sizes) for pi in pis])) if name != RUNTIME else
              (f"{plans[pis[0]].kind}: timing the runtime's own algorithms",
               partial(_runtime_times, topology, plans[pis[0]].kind, collectives[pis[0]].root, target, sizes,
                       plans[pis[0]].bound))
@@ -327,8 +327,8 @@ _SOLVED_TOGETHER = ("allreduce", "reducescatter", "allgather")
 
 
 def _together(name: str, kinds: list) -> list[tuple]:
-    """The tasks of method ``name`` in :func:`plan`: tuples of indices into ``kinds``, one collective each, but
-    milp's of :data:`_SOLVED_TOGETHER` in one, in that order."""
+    """The tasks of method ``name`` in :func:`plan` and :func:`plan_mscclpp`: tuples of indices into ``kinds``, one
+    collective each, but milp's of :data:`_SOLVED_TOGETHER` in one, in that order."""
     if name != "milp":
         return [(i,) for i in range(len(kinds))]
     shared = tuple(sorted((i for i, k in enumerate(kinds) if k in _SOLVED_TOGETHER),
@@ -336,11 +336,11 @@ def _together(name: str, kinds: list) -> list[tuple]:
     return ([shared] if shared else []) + [(i,) for i, k in enumerate(kinds) if k not in _SOLVED_TOGETHER]
 
 
-def _variants_of(topology, colls: list, name, target, options, sizes=None) -> list[Method]:
-    """:func:`_variants` of each collective, in one process, milp's solves shared (``sharing_solves``)."""
+def _each(make, calls: list) -> list:
+    """``make(*args)`` for each ``args`` of ``calls``, in one process, milp's solves shared (``sharing_solves``)."""
     from colls.synth import milp
     with milp.sharing_solves():
-        return [_variants(topology, coll, name, target, options, sizes) for coll in colls]
+        return [make(*args) for args in calls]
 
 
 def _variants(topology, coll, name, target, options, sizes=None) -> Method:
@@ -796,11 +796,12 @@ def plan_mscclpp(topology, kinds, *, sizes=None, methods=None, sketch=None, milp
     """:func:`plan` for MSCCL++ plans (nothing is written); ``packets``: each schedule also as a packet plan (LL),
     which a size takes where it is the fastest."""
     methods, sizes, margins, milp = _settings(topology, methods, sizes, margin, milp_options, sketch)
-    plans = []
+    plans, collectives = [], []
     for kind in kinds:
         if kind not in ALL:
             raise CollsError(f"MSCCL++ plans are written for {', '.join(ALL)}, not {kind}", key="--collective")
         coll = Collective(kind, topology.ngpus)
+        collectives.append(coll)
         try:
             bound = bounds.bound(topology, kind)
         except CollsError:
@@ -815,14 +816,23 @@ def plan_mscclpp(topology, kinds, *, sizes=None, methods=None, sketch=None, milp
         progress(f"{kind}: timing NCCL's own algorithms at {len(sizes)} sizes")
         if default is not None:
             p.nccl = [default.time(s, bound) for s in sizes]
-        budget = {} if max_threadblocks is None else {"max_threadblocks": max_threadblocks}
-        tasks = [(f"{kind}: {name}: synthesizing, writing plans and timing them",
-                  partial(_plan_variants, topology, coll, name, dict(milp if name == "milp" else {}, **budget),
-                          sizes, bound, packets))
-                 for name in methods]
-        p.methods = _in_processes(tasks, jobs, progress)
-        p.ranges = _ranges(p.methods, p.nccl, sizes, PLAN_TARGET, margins)
+        p.methods = [Method(name) for name in methods]
         plans.append(p)
+    # one task per method and collective, milp's collectives that solve the same problems in one (_together)
+    budget = {} if max_threadblocks is None else {"max_threadblocks": max_threadblocks}
+    work = sorted([(pis, name) for name in methods for pis in _together(name, [p.kind for p in plans])],
+                  key=lambda x: _slow_first(x[1], plans[x[0][0]].kind))
+    tasks = [(f"{', '.join(plans[pi].kind for pi in pis)}: {name}: synthesizing, writing plans and timing them",
+              partial(_each, partial(_plan_variants, topology), [(collectives[pi], name, dict(
+                  milp if name == "milp" else {}, **budget), sizes, plans[pi].bound, packets) for pi in pis]))
+             for pis, name in work]
+    progress(f"synthesizing with {', '.join(methods)} for {', '.join(kinds)}, writing plans and timing them at "
+             f"{len(sizes)} sizes ({_processes(jobs)})")
+    for (pis, name), done in zip(work, _in_processes(tasks, jobs, progress)):
+        for pi, m in zip(pis, done):
+            plans[pi].methods[methods.index(name)] = m
+    for p in plans:
+        p.ranges = _ranges(p.methods, p.nccl, sizes, PLAN_TARGET, margins)
     return plans
 
 

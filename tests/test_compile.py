@@ -423,7 +423,7 @@ def test_milp_solves_the_problems_its_collectives_share_once(small, monkeypatch)
     monkeypatch.setattr(milp, "solve", counted)
     sizes = [1 << 20]
     colls = [comp.Collective(k, topo.ngpus) for k in ("allreduce", "reducescatter", "allgather")]
-    together = comp._variants_of(topo, colls, "milp", "exe", comp.milp_settings(), sizes)
+    together = comp._each(comp._variants, [(topo, c, "milp", "exe", comp.milp_settings(), sizes) for c in colls])
     assert len(solves) == 2
     alone = [comp._variants(topo, c, "milp", "exe", comp.milp_settings(), sizes) for c in colls]
     assert len(solves) == 2 + 4
