@@ -113,7 +113,7 @@ def compare_markdown(results: dict) -> str:
     lines = [MILP_BEGIN, "## Sketch-guided milp against ring and trees, 1 KB to 1 MB", "",
              "Written by `python bench/milp.py` (part of `make bench`). Simulated time (us) of one out-of-place call "
              "(`colls simulate`'s model), each file at its best protocol; milp with the derived sketch and a "
-             f"{COMPARE_TIME_LIMIT:g} s deterministic limit. Machine: {m['cpu']}, {m['cores']} cores; {m['date']}.",
+             f"{COMPARE_TIME_LIMIT:g} s deterministic limit. Machine: {m['cpu']}, {m['cores']} cores; {m['date']}; reference loop (bench/run.py) {m['reference_loop_s']} s.",
              "`n/a`: the file does not serve that size (its chunks per loop do not divide it).", "",
              "| machine | collective | " + " | ".join(size_text(s) for s in COMPARE_SIZES) + " | milp wins | "
              "milp model / solver bound (us) |", "|---|---|" + "---|" * len(COMPARE_SIZES) + "---|---|"]

@@ -183,7 +183,7 @@ def main() -> None:
         f"`make bench` (bench/refusals.py): `colls synth ... --no-simulate` per case, forked from a process that has "
         f"imported colls (Python's start, about 0.6 s, not counted), {args.jobs} at once, target {args.target}, on {m['cpu']} ({m['cores']} "
         f"cores), Python {m['python']}; " + ", ".join(f"{k} {v}" for k, v in sorted(m["versions"].items()) if v)
-        + f"; {m['date']}; {len(rows)} cases in {(time.perf_counter() - t_all) / 60:.0f} minutes.", "",
+        + f"; {m['date']}; reference loop (bench/run.py) {m['reference_loop_s']} s; {len(rows)} cases in {(time.perf_counter() - t_all) / 60:.0f} minutes.", "",
         "Outcomes: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ". "
         + (f"Slowest refusal: {max(refused):.2f} s." if refused else ""), "",
         f"## Refused after more than {REFUSE_SECONDS:.0f} s: {len(late)}", ""] + ([header] + late if late else []) + [

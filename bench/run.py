@@ -83,7 +83,17 @@ def machine() -> dict:
             versions[pkg] = None
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
             "platform": platform.platform(), "versions": versions,
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "reference_loop_s": reference_loop()}
+
+
+def reference_loop() -> float:
+    """Seconds for 20 M Python additions: the shared VM's speed drifts by 2-5x between days (1.2 s on its fastest,
+    up to 6 s), so every run records it beside its times."""
+    t0 = time.perf_counter()
+    total = 0
+    for i in range(20_000_000):
+        total += i
+    return round(time.perf_counter() - t0, 2)
 
 
 def run_case(profile: str, nodes: int, what: str, kind: str) -> dict:

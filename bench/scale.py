@@ -111,7 +111,7 @@ def main() -> None:
         "# Scale sweep", "",
         f"`make bench` (bench/scale.py), target {args.target}, one subprocess per case, on {m['cpu']} "
         f"({m['cores']} cores), Python {m['python']}, {m['platform']}; "
-        + ", ".join(f"{k} {v}" for k, v in sorted(m["versions"].items()) if v) + f"; {m['date']}.", "",
+        + ", ".join(f"{k} {v}" for k, v in sorted(m["versions"].items()) if v) + f"; {m['date']}; reference loop (bench/run.py) {m['reference_loop_s']} s.", "",
         "Seconds: the whole pipeline after loading the profile (precheck, synthesis, lowering, emit, "
         "verification; the schedule's own check only where the file's proof fails). Memory: the case's peak resident set (ru_maxrss). A case either "
         "writes a file that verifies or is refused with the limit it would break. A machine marked (rccl) "
