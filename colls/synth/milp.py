@@ -64,9 +64,9 @@ against an objective of 173). A reduction's ops follow the partial sums' arrival
 the order a GPU adds them in. What it leaves out: the receiving threadblocks' turns, and the copies of the file
 (``--instances``). At the solved size, the simulated time of the file as solved (one copy) over the objective, 2
 nodes of every shipped profile: allgather 1.02-1.09x, reduce-scatter 1.00-1.13x, allreduce 1.02-1.11x, alltoall
-1.00-1.21x (MI250's; it was 1.19 before the objective's steps too), 15 of the 20 within 10 % (without the FIFO: 0.99-1.07, 1.00-1.13, 0.93-1.15, 1.10-1.37, 13 of 20; any
-two at once and additions in the order the transfers start as well: 1.02-1.14, 1.17-1.27, 1.12-1.23, 1.12-1.38, 4
-of 20; link time alone: 2.2-10.7x). Files at 1 MB, one copy, before the lanes and the arrival order -> with them
+1.00-1.21x (MI250's; 1.19 before the objective's steps too), 15 of the 20 within 10 % (without the FIFO: 0.99-1.07,
+1.00-1.13, 0.93-1.15, 1.10-1.37, 13 of 20; any two at once and additions in the order the transfers start as
+well: 1.02-1.14, 1.17-1.27, 1.12-1.23, 1.12-1.38, 4 of 20; link time alone: 2.2-10.7x). Files at 1 MB, one copy, before the lanes and the arrival order -> with them
 -> with the FIFO too: reduce-scatter 2 x DGX A100 76.7 -> 68.3 -> 68.2 us, 2 x DGX H100 69.5 -> 60.0 -> 60.0, 2 x
 DGX-2 93.2 -> 85.2 -> 85.2, 2 x MI250 94.5 -> 80.0 -> 78.2, 2 x NDv2 129.4 -> 126.8 -> 126.2; allreduce 106.4 ->
 98.0 -> 98.0, 95.0 -> 85.6 -> 85.6, 126.7 -> 117.8 -> 117.8, 149.6 -> 140.7 -> 134.4, 209.2 -> 205.2 -> 211.8 (the

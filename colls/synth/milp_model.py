@@ -167,7 +167,8 @@ class Solution:
     sends: list
     makespan: int
     bound: int
-    status: str               # "optimal" | "optimal to a step of N units" (OBJECTIVE_STEPS) | "gap limit" | "time limit"
+    status: str               # "optimal" | "optimal to a step of N units" (OBJECTIVE_STEPS) | "gap limit" |
+    #                           "time limit"
     seconds: float
     greedy: int               # the greedy start's makespan
     variables: int
@@ -325,7 +326,10 @@ def greedy(problem: Problem, cands: dict, orbits: dict, shared_times: bool, pari
 # one before. In steps of 0.1 % the same budget reached a 19 % shorter makespan there (146,891 -> at most 119,320
 # units), and compile's allgather, reducescatter and allreduce solves took 33, 11 and 40 s instead of 64, 37 and
 # 101, their files no slower at 4 KB, 64 KB and 1 MB (1-4 % faster at 1 MB). Steps of 0.5 %: 19 s, 125,100
-# units; 0.02 %: 50 s, 115,400. A model whose greedy makespan is under OBJECTIVE_STEPS units keeps one-unit steps.
+# units; 0.02 %: 50 s, 115,400. A model whose greedy makespan is under OBJECTIVE_STEPS units keeps one-unit steps,
+# but few do: 2-node models take steps of 10 to 43 units. There the steps cost: synth's alltoall on 2 x DGX A100
+# (10 deterministic seconds) took 7.2 -> 16.4 s for the same schedule, 4 x NDv2's reducescatter 45.9 -> 56.3 s,
+# and 2 x MI250's reducescatter came out as another schedule of the same makespan, slower at 4 KB (35.9 -> 43.1 us).
 OBJECTIVE_STEPS = 1000
 
 
