@@ -212,7 +212,6 @@ def test_a_lane_holds_its_fifo_of_messages_until_each_is_received():
     assert makespan(0) == 16 and makespan(2) == 34
 
 
-
 def test_the_makespan_is_minimized_in_steps_of_its_greedy_start():
     """Six chunks from GPU 0 to GPU 1 that each hold the link for 997 units: the optimum sends them back to back,
     the last arriving at 6 x 997 + 10 = 5,992. Minimized in steps of 1/OBJECTIVE_STEPS of the greedy makespan
