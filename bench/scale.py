@@ -6,7 +6,7 @@ Run with ``make bench`` (or ``python bench/scale.py [--profiles dgx-a100,mi250] 
 [--methods ...] [--kinds ...] [--timeout S] [--no-large]``). Each case runs the whole pipeline (precheck, synthesize,
 check, lower, emit, verify) in a fresh Python process, and records its wall time, its peak resident
 memory (``ru_maxrss``) and its outcome: a verified file (with threadblocks, channels, steps and the
-model's % of the optimum) or the refusal's one-line message. The table goes to ``bench/SCALE.md``
+link model's share of the link optimum, which is not a simulated time) or the refusal's one-line message. The table goes to ``bench/SCALE.md``
 with the machine, Python and library versions; a case that takes longer than ``--timeout`` is recorded
 as such. A benchmark never fails the build, it records.
 """
@@ -79,7 +79,7 @@ def run_case(profile: str, nodes: int, method: str, kind: str, target: str, time
 def _row(profile, nodes, method, kind, r, target=None) -> str:
     what = r["outcome"]
     if what == "file":
-        pct = "" if r.get("percent") is None else f", {r['percent']}% of optimum"
+        pct = "" if r.get("percent") is None else f", link model {r['percent']}% of the link optimum"
         what = f"file: {r['threadblocks']} tbs, {r['channels']} ch, {r['steps']} steps{pct}"
     elif r.get("message"):
         what += ": " + r["message"].replace("|", "/")
@@ -115,7 +115,9 @@ def main() -> None:
         "Seconds: the whole pipeline after loading the profile (precheck, synthesis, lowering, emit, "
         "verification; the schedule's own check only where the file's proof fails). Memory: the case's peak resident set (ru_maxrss). A case either "
         "writes a file that verifies or is refused with the limit it would break. A machine marked (rccl) "
-        "is made for that target instead.", "",
+        "is made for that target instead. \"link model N% of the link optimum\" is the schedule's bandwidth "
+        "with the links alone at full speed, not a simulated time: what a file takes on the runtime (launch, "
+        "messages' costs, threadblocks' copy rates) is `colls simulate`'s, in bench/RESULTS.md.", "",
         "| machine | GPUs | method | collective | seconds | peak MB | outcome |",
         "|---|---|---|---|---|---|---|",
     ]
