@@ -188,18 +188,45 @@ def test_the_steady_state_jump_equals_the_full_simulation(machine, method, kind,
     assert jumped > 0
 
 
+def laid_out(machine, method, kind, proto):
+    """A method's file on a test machine, laid out for the engine: (program, topology, Machine, the engine's
+    keywords, sizes of one unit, of a thousand and of 2^17 units and a partial pass)."""
+    program = written(machine, method, kind, proto)
+    topo = MACHINES[machine]()
+    u = unit(program, kind)
+    return (program, topo, Machine(program, topo, kind), dict(ncpl=program.nchunksperloop, proto=proto),
+            (u, u * 1000, u * (1 << 17) + 3 * u))
+
+
+@pytest.mark.parametrize("machine,method,kind,proto", [
+    ("switch3", "ring", "allreduce", "Simple"), ("rails2x2", "trees", "allgather", "Simple"),
+    ("shared-nic2x4", "trees", "allreduce", "LL"), ("switch4-slow", "ring", "reducescatter", "LL128")])
+def test_a_deadline_stops_only_calls_that_end_after_it_and_bounds_them_from_below(machine, method, kind, proto):
+    program, topo, m, kw, sizes = laid_out(machine, method, kind, proto)
+    for size in sizes:
+        full = run(m, size, for_protocol(proto), **kw)
+        assert not full.cut
+        for f in (0.3, 0.9, 0.999):       # before the end: stopped, at a time that is no later than the end's
+            cut = run(m, size, for_protocol(proto), deadline_us=full.time_us * f, **kw)
+            assert cut.cut and full.time_us * f < cut.time_us <= full.time_us * (1 + 1e-12)
+            assert cut.events <= full.events
+        for f in (1.0, 1.5):              # at or after the end: the same call, to the last byte
+            same = run(m, size, for_protocol(proto), deadline_us=full.time_us * f, **kw)
+            assert not same.cut and same.time_us == full.time_us
+            assert same.link_bytes == pytest.approx(full.link_bytes, rel=0, abs=0)
+        timing, _ = simulate(program, topo, kind, size, model=for_protocol(proto), machine=m,
+                             deadline_us=full.time_us / 2)
+        assert not timing.served and timing.extra["lower_bound_us"] > full.time_us / 2
+
+
 @pytest.mark.parametrize("machine,method,kind,proto", [
     ("switch3", "ring", "allreduce", "Simple"), ("rails2x2", "trees", "allgather", "LL"),
     ("mesh4", "direct", "alltoall", "Simple"), ("switch4-slow", "ring", "reducescatter", "LL128"),
     ("shared-nic2x4", "trees", "allreduce", "Simple"), ("shared-nic2x4", "ring", "allreduce", "Simple"),
     ("rails2x2", "ring", "broadcast", "Simple"), ("switch4-slow", "direct", "allgather", "Simple")])
 def test_alike_threadblocks_simulated_once_give_the_full_simulation(machine, method, kind, proto):
-    program = written(machine, method, kind, proto)
-    topo = MACHINES[machine]()
-    m = Machine(program, topo, kind)
-    kw = dict(ncpl=program.nchunksperloop, proto=proto)
-    u = unit(program, kind)
-    for size in (u, u * 1000, u * (1 << 17) + 3 * u):
+    _, _, m, kw, sizes = laid_out(machine, method, kind, proto)
+    for size in sizes:
         for extrapolate in (True, False):
             once = run(m, size, for_protocol(proto), extrapolate=extrapolate, **kw)
             whole = run(m, size, for_protocol(proto), extrapolate=extrapolate, symmetric=False, **kw)

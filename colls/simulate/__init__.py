@@ -94,7 +94,8 @@ def prepare(program: Program, topology: Topology, kind: str) -> Machine:
 def simulate(program: Program, topology: Topology, kind: str, size: int, *, inplace: bool = False,
              model: Model | None = None, bound=None, machine: Machine | None = None, native: bool = False,
              timeline: bool = False, extrapolate: bool = True, dtype_bytes: int = 4, target: str = "exe",
-             buffsize: int | None = None, launch: str = DEFAULT_LAUNCH) -> tuple[Timing, RunResult | None]:
+             buffsize: int | None = None, launch: str = DEFAULT_LAUNCH,
+             deadline_us: float | None = None) -> tuple[Timing, RunResult | None]:
     """Time one call of ``size`` bytes.
 
     Parameters
@@ -108,6 +109,9 @@ def simulate(program: Program, topology: Topology, kind: str, size: int, *, inpl
     extrapolate : use the exact steady-state jump (off only to check it).
     launch : how calls are launched, ``"stream"`` (one kernel launch per call, nccl-tests without ``-G``) or
         ``"graph"`` (captured in a CUDA graph): the host's part of a call (:mod:`colls.runtimes.costs`).
+    deadline_us : the result only matters below this time: a call that would take longer is not simulated to
+        its end (:func:`colls.simulate.engine.run`) and gives :func:`out_of_reach` instead, with the time it
+        had reached as its lower bound.
 
     Returns
     -------
@@ -120,7 +124,9 @@ def simulate(program: Program, topology: Topology, kind: str, size: int, *, inpl
     machine = machine or Machine(program, topology, kind)
     model = model or model_for(program.proto, topology.gpu_model(), launch=launch)
     res = run(machine, size, model, ncpl=program.nchunksperloop or 1, proto=program.proto,
-              timeline=timeline, extrapolate=extrapolate, buffsize=buffsize)
+              timeline=timeline, extrapolate=extrapolate, buffsize=buffsize, deadline_us=deadline_us)
+    if res.cut:
+        return out_of_reach(size, res.time_us), res
     algbw = size / res.time_us / 1000.0
     util = res.link_bytes / (machine.link_cap * res.time_us)
     busiest = int(util.argmax()) if len(util) else None
@@ -132,6 +138,13 @@ def simulate(program: Program, topology: Topology, kind: str, size: int, *, inpl
         t.bound_time_us = bound.min_time_us(size)
         t.bound_pct = 100.0 * t.bound_time_us / res.time_us
     return t, res
+
+
+def out_of_reach(size: int, lower_us: float) -> Timing:
+    """A call size at which a program provably takes at least ``lower_us`` microseconds, more than it had to
+    beat: not simulated further (``served`` is false, ``extra["lower_bound_us"]`` holds the bound)."""
+    return Timing(size, False, f"slower than it had to be: at least {lower_us:.4g} us", extra={
+        "lower_bound_us": lower_us})
 
 
 def sweep(program: Program, topology: Topology, kind: str, sizes, **kw) -> list[Timing]:

@@ -31,7 +31,7 @@ import numpy as np
 
 from colls.collectives import Collective
 from colls.errors import CollsError
-from colls.simulate import Timing, served, simulate
+from colls.simulate import Timing, out_of_reach, served, simulate
 from colls.simulate.engine import Machine, message_count, pass_bytes
 from colls.verify.execution import max_allowed_count
 from colls.simulate.symmetry import per_list
@@ -101,6 +101,7 @@ class Fastest:
         heapq.heapify(candidates)
         best = None
         lowest = None                   # the lower bound of the first configuration not simulated
+        cut = math.inf                  # the least lower bound of those stopped at the time to beat
         while candidates:
             lb, index, order, chained, proto, model = heapq.heappop(candidates)
             if (best is not None and lb >= best[0].time_us * (1 - TOLERANCE)) or (beat is not None and lb > beat):
@@ -115,14 +116,19 @@ class Fastest:
                 heapq.heappush(candidates, (max(lb, chain), index, order, True, proto, model))
                 continue
             prog = program if proto == program.proto else replace(program, proto=proto)
+            # only a time below both matters: the time to beat, and the best's (less the margin a new best
+            # must win by, below); a call that runs past it stops there with that time as its lower bound
+            limits = [x for x in (beat, best and best[0].time_us * (1 - 1e-6)) if x is not None]
             timing, _ = simulate(prog, self.topology, self.kind, size, bound=bound, machine=machine, model=model,
-                                 native=self.native, target=self.target)
+                                 native=self.native, target=self.target, deadline_us=min(limits, default=None))
             if not timing.served:
+                if "lower_bound_us" in timing.extra:
+                    cut = min(cut, timing.extra["lower_bound_us"])
                 continue
             if best is None or timing.time_us < best[0].time_us * (1 - 1e-6):
                 best = (timing, dict(extra, protocol=proto))
         if beat is not None and (best is None or best[0].time_us > beat):
-            reached = [x for x in (lowest, best and best[0].time_us) if x is not None]
+            reached = [x for x in (lowest, best and best[0].time_us, cut) if x is not None and x < math.inf]
             if reached:
                 return out_of_reach(size, min(reached))
         if best is None:
@@ -139,13 +145,6 @@ class Fastest:
         return min(model.launch_us + link_us * chunk / model.data_fraction
                    for model in (model_for(p, self.topology.gpu_model(), launch=self.launch)
                                  for p in self.protocols))
-
-
-def out_of_reach(size: int, lower_us: float) -> Timing:
-    """A call size at which a program provably takes at least ``lower_us`` microseconds, more than it had to
-    beat: not simulated further (``served`` is false, ``extra["lower_bound_us"]`` holds the bound)."""
-    return Timing(size, False, f"slower than it had to be: at least {lower_us:.4g} us", extra={
-        "lower_bound_us": lower_us})
 
 
 def runtime_blocks(topology, target: str = "exe") -> int:

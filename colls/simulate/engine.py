@@ -94,6 +94,7 @@ class RunResult:
     link_lanes: list = field(default_factory=list)  # [(link index, [(start, end, kind)])]
     truncated: bool = False
     extrapolated_steps: int = 0     # steps skipped by the jumps inside passes (of the reference threadblock)
+    cut: bool = False               # stopped at ``deadline_us``: ``time_us`` is then a lower bound on the call
 
 
 def pass_bytes(chunk: float, eff: int) -> list[float]:
@@ -272,24 +273,29 @@ class Machine:
 
 def run(machine: Machine, size_bytes: float, model: Model, *, ncpl: int, proto: str | None,
         timeline: bool = False, extrapolate: bool = True, buffsize: int | None = None,
-        symmetric: bool = True) -> RunResult:
+        symmetric: bool = True, deadline_us: float | None = None) -> RunResult:
     """Simulate one call of ``size_bytes`` (the whole buffer, as the runtime counts it) and return its time.
 
     ``symmetric``: simulate one threadblock of each class of alike ones (:mod:`colls.simulate.symmetry`; the
     same result, off only to check it). A timeline always simulates every threadblock.
+    ``deadline_us``: a time the caller only needs the result below. Once the next event lies beyond it (the
+    launch counted) the call cannot end sooner, as the clock only moves forward, so the engine stops there:
+    the result is ``cut``, its ``time_us`` that event's time, a lower bound on the call's (a call that ends
+    within the deadline gives exactly the time it gives without one).
 
     Raises CollsError when the program cannot finish at this size (a hang: the verifier names the cause).
     """
     m = machine
     if symmetric and not timeline:
         m = machine.quotient() or machine
-    return _Run(m, size_bytes, model, ncpl, proto, timeline, extrapolate, buffsize).go()
+    return _Run(m, size_bytes, model, ncpl, proto, timeline, extrapolate, buffsize, deadline_us).go()
 
 
 class _Run:
-    def __init__(self, m: Machine, size, model, ncpl, proto, timeline, extrapolate, buffsize):
+    def __init__(self, m: Machine, size, model, ncpl, proto, timeline, extrapolate, buffsize, deadline_us=None):
         self.m = m
         self.model = model
+        self.deadline = math.inf if deadline_us is None else deadline_us
         chunk = size / ncpl                                 # bytes of one chunk
         eff = m.message_bytes(proto, size, buffsize)
         self.mac = max_allowed_count(max(int(math.ceil(size)), 1), ncpl, eff)
@@ -658,6 +664,10 @@ class _Run:
             t = min(t_heap, self.t_min)
             if t == math.inf:
                 break
+            if t + self.model.launch_us > self.deadline:
+                # something still happens at t, so the call ends no sooner (the sum as the result's below)
+                return RunResult(t + self.model.launch_us, self.npass, m.link_bytes(self._link_bytes()),
+                                 self.jumped, self.events, extrapolated_steps=self.steps_jumped, cut=True)
             self.advance_flows(t)
             self.now = t
             self.events += 1

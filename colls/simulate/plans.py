@@ -141,20 +141,30 @@ def fastest_slice(program: Program, topology, sizes, *, inplace: bool = False) -
     be written."""
     best = (rt.PIPELINE_UNIT_BYTES, math.inf)
     for unit, plan in slices(program, topology, inplace=inplace):
-        score = _score(plan, program, topology, sizes, inplace)
+        score = _score(plan, program, topology, sizes, inplace, below=best[1] * (1 - 1e-9))
         if score == math.inf:
             return best
-        if score < best[1] * (1 - 1e-9):
+        if score is not None and score < best[1] * (1 - 1e-9):
             best = (unit, score)
     return best
 
 
-def _score(plan: dict, program: Program, topology, sizes, inplace: bool, mach: Machine | None = None) -> float:
-    """The geometric mean of ``plan``'s times (us) at ``sizes``; infinite when it does not serve every one."""
-    times = [time_plan(plan, program, topology, s, inplace=inplace, mach=mach) for s in sizes]
-    if not all(t.served for t in times):
-        return math.inf
-    return math.exp(sum(math.log(t.time_us) for t in times) / len(times))
+def _score(plan: dict, program: Program, topology, sizes, inplace: bool, mach: Machine | None = None,
+           below: float = math.inf) -> float | None:
+    """The geometric mean of ``plan``'s times (us) at ``sizes``; infinite when it does not serve every one.
+    None when it cannot be under ``below``: each size is simulated only as long as the mean can still get under
+    it (the sizes after it counted at their launch cost, which no call beats), the last size exactly so."""
+    budget = len(sizes) * math.log(below) if below < math.inf else math.inf
+    launch = model(topology, DEFAULT_LAUNCH, plan["protocol"]).launch_us
+    logs = 0.0
+    for i, s in enumerate(sizes):
+        rest = (len(sizes) - 1 - i) * math.log(launch)
+        deadline = math.exp(budget - logs - rest) if budget < math.inf else None
+        t = time_plan(plan, program, topology, s, inplace=inplace, mach=mach, deadline_us=deadline)
+        if not t.served:
+            return None if "lower_bound_us" in t.extra else math.inf
+        logs += math.log(t.time_us)
+    return math.exp(logs / len(sizes))
 
 
 def packet_score(program: Program, topology, sizes, *, inplace: bool = False) -> float:
@@ -209,9 +219,10 @@ def executor_refuses(plan: dict, size: int) -> str | None:
 
 
 def time_plan(plan: dict, program: Program, topology, size: int, *, inplace: bool | None = None, bound=None,
-              mach: Machine | None = None, launch: str = DEFAULT_LAUNCH) -> Timing:
+              mach: Machine | None = None, launch: str = DEFAULT_LAUNCH, deadline_us: float | None = None) -> Timing:
     """The time of one call of ``size`` bytes of ``plan`` (written from ``program``); a Timing with
-    ``served=False`` and the reason when the executor would not run the plan for it."""
+    ``served=False`` and the reason when the executor would not run the plan for it, or when the call takes
+    longer than ``deadline_us`` (:func:`colls.simulate.out_of_reach`)."""
     inplace = bool(plan["inplace"]) if inplace is None else inplace
     reason = served(plan, size, inplace)
     if reason:
@@ -223,7 +234,7 @@ def time_plan(plan: dict, program: Program, topology, size: int, *, inplace: boo
         mach = machine(program, topology, kind, cut, proto)
     try:
         timing, _ = simulate(mach.program, topology, kind, size, model=model(topology, launch, proto), bound=bound,
-                             machine=mach, native=True)
+                             machine=mach, native=True, deadline_us=deadline_us)
     except CollsError as e:
         raise CollsError(f"{plan['name']}: {e}") from None
     timing.extra["protocol"] = proto
