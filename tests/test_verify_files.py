@@ -203,3 +203,20 @@ def test_parser_findings_get_their_rule_effect():
     assert report.errors[0].effect == "will not load"
     assert re.search(r"error \[xml-declaration\] line 1: will not load: ", str(report.errors[0]))
     assert parse(emit(ring_allgather()))[1] == []
+
+
+def test_a_text_report_shows_ten_findings_of_a_rule_and_counts_the_rest():
+    """ngpus="four" reads as 0, so every gpu id and every peer is out of range: one finding per threadblock.
+    The text shows the first ten of each rule and says how many more there are; JSON keeps every one."""
+    text = emit(ring_allgather(16)).replace('ngpus="16"', 'ngpus="four"')
+    report = verify_text(text, "four.xml", "exe")
+    lines = report.format().splitlines()
+    per_rule = {rule: sum(1 for f in report.findings if f.rule == rule) for rule in report.rules()}
+    assert per_rule["gpu-id"] == 16 and per_rule["tb-peer"] > 10
+    for rule, n in per_rule.items():
+        more = [line for line in lines if line.startswith(f"error [{rule}]: ") and " more like the " in line]
+        assert sum(1 for line in lines if line.startswith(f"error [{rule}]")) == min(n, 10) + len(more)
+        assert more == ([f"error [{rule}]: {n - 10} more like the 10 above (--json lists every finding)"]
+                        if n > 10 else [])
+    assert lines[-1] == report.summary() and len(report.to_dict()["findings"]) == len(report.findings)
+    assert report.format(per_rule=1000).count("\n") == len(report.findings)

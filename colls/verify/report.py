@@ -84,8 +84,28 @@ class Report:
                 "errors": len(self.errors), "warnings": len(self.warnings),
                 "findings": [f.to_dict() for f in self.findings], "facts": dict(self.facts)}
 
-    def format(self) -> str:
-        return "\n".join([str(f) for f in self.findings] + [self.summary()])
+    def format(self, per_rule: int | None = None) -> str:
+        """The findings one per line, then the summary. ``per_rule``: at most that many findings of each rule
+        and severity (default :data:`SHOWN_PER_RULE`; one broken attribute can repeat a finding on every
+        threadblock), with a line saying how many more there are; ``to_dict`` keeps every one."""
+        cap = SHOWN_PER_RULE if per_rule is None else per_rule
+        shown, lines, more_at = {}, [], {}
+        for f in self.findings:
+            key = (f.severity, f.rule)
+            shown[key] = shown.get(key, 0) + 1
+            if shown[key] <= cap:
+                lines.append(str(f))
+            elif key not in more_at:
+                more_at[key] = len(lines)       # where the first finding left out would have been
+                lines.append("")
+        for (severity, rule), at in more_at.items():
+            lines[at] = (f"{severity} [{rule}]: {shown[(severity, rule)] - cap} more like the {cap} above "
+                         "(--json lists every finding)")
+        return "\n".join(lines + [self.summary()])
+
+
+# findings of one rule a text report shows before it counts the rest (``Report.format``)
+SHOWN_PER_RULE = 10
 
 
 def symmetry_words(facts: dict) -> str:
