@@ -78,8 +78,10 @@ def _check_gpus(cx: Context) -> None:
         if g.s_chunks is not None and g.s_chunks < 0:
             cx.add("gpu-attr-missing", f"s_chunks={g.s_chunks} is negative (\"nScratchChunks must be not "
                    "negative\")", g.id, line=g.line, effect=LOAD)
-    absent = [r for r in range(n) if r not in seen]
-    if absent and len(p.gpus) == n:
+    # ranks with no element (only worth naming when the file has as many elements as ranks: a count that
+    # differs is reported on its own, and n may be anything a file says)
+    absent = [r for r in range(n) if r not in seen] if len(p.gpus) == n else []
+    if absent:
         cx.add("gpu-id", f"no <gpu> element for rank{'s' if len(absent) > 1 else ''} "
                f"{', '.join(map(str, absent[:8]))}: it runs nothing while its peers wait for it")
     cx.gpu_by_id = {g.id: g for g in p.gpus if g.id is not None}
@@ -102,10 +104,11 @@ def _check_threadblocks(cx: Context, g) -> None:
         else:
             ids[tb.id] = tb
     cx.tb_by_id[g.id] = ids
-    gaps = [i for i in range(max(ids, default=-1) + 1) if i not in ids]
-    if gaps:
-        cx.add("tb-id", f"thread block {gaps[0]} is missing: ids must be contiguous from 0 (\"thread block "
-               f"{gaps[0]} is missing\")", g.id, line=g.line)
+    # the first id missing below the largest (ids may be anything a file says: sorted, not ranged over)
+    gap = next((i for i, x in enumerate(sorted(ids)) if x != i), None)
+    if gap is not None:
+        cx.add("tb-id", f"thread block {gap} is missing: ids must be contiguous from 0 (\"thread block "
+               f"{gap} is missing\")", g.id, line=g.line)
     for tb in g.tbs:
         for peer, what in ((tb.send, "send"), (tb.recv, "recv")):
             if peer is None or peer == -1:
