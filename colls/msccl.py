@@ -167,6 +167,34 @@ _QUOTE_TAG = re.compile(r"<[A-Za-z_][^>']*+'")
 _ATTR_VALUE = re.compile(r"""=\s*("[^"]*"|'[^']*')""")
 _LONG_TOKEN = re.compile(r'="[^"]{%d}' % (MAX_STR_LEN + 1))   # a value over the loader's buffer
 _MANY_SPACES = re.compile(r"<(?:[^> ]*+ ){%d}" % (MAX_ATTRS + 1))
+# a tag with more attributes than this is read as the loader reads it, its first MAX_ATTRS alone: the XML
+# parser's attribute lists take time in the square of their length (100,000 attributes: minutes)
+ABSURD_ATTRS = 256
+_ABSURD_TAG = re.compile(r"<(?:[^> ]*+ ){%d}" % (ABSURD_ATTRS + 1))
+_XML_ATTR = re.compile(r"""\s+[^\s=/>]+\s*=\s*(?:"[^"]*"|'[^']*')""")
+
+
+def _loader_view(text: str) -> str:
+    """``text`` with every tag of more than :data:`ABSURD_ATTRS` attributes cut to its first :data:`MAX_ATTRS`,
+    as the loader keeps them (the rest dropped silently, reported by ``format-too-many-attrs``); the lines
+    stay where they were."""
+    out, pos = [], 0
+    for m in _ABSURD_TAG.finditer(text):
+        if m.start() < pos:
+            continue
+        end = text.find(">", m.start())
+        if end < 0:
+            break
+        tag = text[m.start():end + 1]
+        name = re.match(r"<[^\s>/]*", tag).group(0)
+        attrs = list(_XML_ATTR.finditer(tag, len(name)))
+        if len(attrs) <= ABSURD_ATTRS:
+            continue
+        kept = "".join(a.group(0) for a in attrs[:MAX_ATTRS])
+        rest = tag[attrs[-1].end():]
+        out += [text[pos:m.start()], name, kept, "\n" * (tag.count("\n") - kept.count("\n")), rest]
+        pos = end + 1
+    return "".join(out) + text[pos:] if out else text
 
 
 def _tag_at(text: str, pos: int) -> str:
@@ -363,7 +391,7 @@ class _Reader:
         """The Program, read as the parser goes: each ``<gpu>`` is made into a Gpu as soon as it is closed and
         its elements freed (a 1,024-rank file's element tree alone would take gigabytes)."""
         self.scan_text()
-        events = etree.iterparse(io.BytesIO(self.text.encode("utf-8")), events=("start", "end"),
+        events = etree.iterparse(io.BytesIO(_loader_view(self.text).encode("utf-8")), events=("start", "end"),
                                  resolve_entities=False, huge_tree=True)
         root = program = None
         depth = 0
