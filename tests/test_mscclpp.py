@@ -529,3 +529,16 @@ def test_a_threadblock_of_more_than_32_steps_that_send_or_receive_never_fits(mon
     assert mscclpp.over_budget(made.program, topo, rt.PIPELINE_UNIT_BYTES)
     monkeypatch.setattr(mscclpp, "over_budget", lambda *a, **k: pytest.fail("planned to be counted"))
     assert not mscclpp.fits(made.program, topo)
+
+
+def test_buffers_beyond_what_the_proof_follows_are_not_proven_and_say_so():
+    """Chunk counts of 2^40 on every GPU (the allgather's shape kept): the execution would keep a state per
+    chunk (terabytes), so the plan is not proven, at once, and the verdict does not claim the deadlock search it
+    did not run."""
+    plan = base()
+    for g in plan["gpus"]:
+        g["input_chunks"], g["output_chunks"] = 1 << 40, len(plan["gpus"]) << 40
+    report = verify_plan(plan, "allgather", "huge.json", inplace=False)
+    assert report.verdict == "unproven" and report.facts["deadlock_free"] is None
+    assert any("too large to prove: its buffers hold" in f.message for f in report.findings)
+    assert "whether it deadlocks and what it computes were not checked" in report.summary()

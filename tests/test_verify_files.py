@@ -220,3 +220,33 @@ def test_a_text_report_shows_ten_findings_of_a_rule_and_counts_the_rest():
                         if n > 10 else [])
     assert lines[-1] == report.summary() and len(report.to_dict()["findings"]) == len(report.findings)
     assert report.format(per_rule=1000).count("\n") == len(report.findings)
+
+
+def test_counts_a_file_may_claim_cost_no_time_to_check():
+    """ngpus, a thread block id or a scratch buffer of any size: the checks never range over the number a file
+    states. A billion ranks with four <gpu> elements, thread block 10^12, 2^31 scratch chunks (more than the proof
+    follows: not proven, and why)."""
+    text = emit(ring_allgather())
+    report = verify_text(text.replace('ngpus="4"', 'ngpus="1000000000"'), "n.xml", "exe")
+    assert "ngpus-mismatch" in report.rules()
+    report = verify_text(text.replace('<tb id="2"', '<tb id="1000000000000"', 1), "t.xml", "exe")
+    assert any("thread block 2 is missing" in f.message for f in report.errors)
+    report = verify_text(re.sub(r's_chunks="\d+"', 's_chunks="2147483648"', text), "s.xml", "exe")
+    assert report.verdict == "unproven" and report.facts["deadlock_free"]
+    assert any("over the 4,194,304 it follows" in f.message for f in report.warnings)
+    assert "loads and cannot deadlock, but what it computes was not checked" in report.summary()
+
+
+def test_a_tag_of_thousands_of_attributes_is_read_as_the_loader_keeps_it():
+    """The loader keeps an element's first 16 attributes and drops the rest without a word; past 256 the
+    checker reads it the same way (the XML parser's attribute lists take time in the square of their length):
+    the algo's own attributes after 16 others are not found, and the lines after it keep their numbers."""
+    text = emit(ring_allgather())
+    junk = " ".join(f'x{i}="1"' for i in range(5000))
+    report = verify_text(text.replace("<algo ", f"<algo {junk} ", 1), "many.xml", "exe")
+    assert "format-too-many-attrs" in report.rules() and "algo-attr-missing" in report.rules()
+    assert report.consequence() == "will not load"
+    moved = text.replace('<gpu id="1"', f'<gpu id="1" {junk}', 1).replace('send="2" recv="-1"', 'send="9" recv="-1"', 1)
+    report = verify_text(moved, "gpu.xml", "exe")
+    line = next(i for i, x in enumerate(moved.splitlines(), 1) if 'send="9"' in x)
+    assert any(f.rule == "tb-peer" and f.line == line for f in report.errors)

@@ -37,7 +37,7 @@ from colls.verify import algo, communication, execution, limits, semantics, stru
 from colls.verify.context import ERROR, WARNING, Context
 from colls.verify.execution import FIFO_MESSAGES, NCCL_STEPS, fifo_messages
 from colls.verify.report import Report
-from colls.verify.rules import RULES, effect_of
+from colls.verify.rules import PROOF_CHUNKS, RULES, effect_of
 
 __all__ = ["verify", "verify_text", "Report", "RULES", "FIFO_MESSAGES", "NCCL_STEPS", "fifo_messages"]
 
@@ -146,6 +146,13 @@ def _execute(cx: Context, prove: bool, sym) -> bool:
         return False
     if not cx.modes:
         _skip(cx, "race and correctness checks were not run: the file claims neither in-place nor out-of-place")
+        return False
+    coll = cx.coll
+    states = sum(coll.out_chunks + coll.in_chunks + max(g.s_chunks or 0, 0)
+                 for g in p.gpus if sym is None or (g.id is not None and g.id < sym.shift))
+    if states > PROOF_CHUNKS:
+        _skip(cx, f"race and correctness checks were not run: its buffers hold {states:,} chunks on the ranks "
+              f"the proof runs, over the {PROOF_CHUNKS:,} it follows")
         return False
     for inplace in cx.modes:
         semantics.check(cx, inplace)

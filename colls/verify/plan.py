@@ -74,7 +74,7 @@ from colls.program import Program
 from colls.runtimes import mscclpp as rt
 from colls.verify import plan_symmetry
 from colls.verify.report import Report
-from colls.verify.rules import HANG, LOAD, UB, UNUSED, WRONG
+from colls.verify.rules import HANG, LOAD, PROOF_CHUNKS, UB, UNUSED, WRONG
 
 TARGET = "mscclpp"
 REPORT_CAP = 10
@@ -216,9 +216,13 @@ def verify_plan(plan: dict, kind: str, source: str, *, inplace: bool | None = No
         else:
             sym = plan_symmetry.find(m)
             clocks = m.clocks(sym)
+            states = m.chunk_states(sym)
             if max_clocks is not None and clocks > max_clocks:
                 _skip(cx, f"too large to prove: {sym.shift if sym else m.n} of its {m.n} GPUs run, {clocks:,} "
                       f"threadblock clock entries a call, over the {max_clocks:,} the proof is held to")
+            elif states > PROOF_CHUNKS:
+                _skip(cx, f"too large to prove: its buffers hold {states:,} chunk states on the GPUs the proof "
+                      f"runs, over the {PROOF_CHUNKS:,} it follows")
             else:
                 facts["deadlock_free"] = done = _executed(cx, m, inplace, sym, max_clocks, facts)
                 if done:
@@ -840,6 +844,12 @@ class _Model:
         ``sym``, or all) times every threadblock."""
         counts = [len(g["threadblocks"]) for g in self.gpus]
         return sum(counts[:sym.shift if sym is not None else self.n]) * sum(counts)
+
+    def chunk_states(self, sym) -> int:
+        """The buffer chunks the execution follows (:meth:`execute_all`, its largest chunk size): every chunk
+        of the GPUs that run, in pipeline units, for each of the calls it runs."""
+        ranks = sym.shift if sym is not None else self.n
+        return ranks * (self.coll.out_chunks + self.coll.in_chunks) * max(self.units_per_chunk()) * _Execution.CALLS
 
     def execute_all(self, inplace: bool, sym) -> bool:
         """The execution at every chunk size :meth:`units_per_chunk` names, on GPUs ``0..shift-1`` of the

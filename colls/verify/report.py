@@ -70,8 +70,11 @@ class Report:
         if self.verdict == "invalid":
             return f"{self.source}: INVALID for {self.target}: {self.consequence()}: {counts}"
         if self.verdict == "unproven":
-            return (f"{self.source}: NOT PROVEN for {self.target}: loads and cannot deadlock, but what it computes "
-                    f"was not checked ({'; '.join(self.unproven)}): {counts}")
+            checked = ("loads and cannot deadlock, but what it computes was not checked"
+                       if self.facts.get("deadlock_free") else
+                       "loads, but whether it deadlocks and what it computes were not checked")
+            return (f"{self.source}: NOT PROVEN for {self.target}: {checked} ({'; '.join(self.unproven)}): "
+                    f"{counts}")
         modes = ", ".join(self.facts.get("checked", []))
         extra = f" ({nwarn} warning{'s' if nwarn != 1 else ''})" if nwarn else ""
         return (f"{self.source}: VALID for {self.target}: loads, cannot deadlock, computes {self.facts.get('coll')} "

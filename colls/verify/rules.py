@@ -23,6 +23,12 @@ HANG = "hangs"
 WRONG = "computes a wrong result"
 EFFECTS = (LOAD, UNUSED, MISREAD, UB, HANG, WRONG)
 
+# The chunk states the symbolic execution keeps at most (every buffer chunk of the ranks it runs, per call it
+# follows): 4 M, about half a gigabyte. A file needs more only when it declares buffers no call could fill
+# (s_chunks="2147483648"); the largest files colls writes, 1,024 GPUs proved on their distinct ranks, need
+# under a million. Beyond it the file is not proven, and says why.
+PROOF_CHUNKS = 1 << 22
+
 FORMAT, ALGO, LIMITS, STRUCTURE, COMMUNICATION, EXECUTION, SEMANTICS = (
     "format", "algo", "limits", "structure", "communication", "execution", "semantics")
 
