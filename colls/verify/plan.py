@@ -74,7 +74,7 @@ from colls.program import Program
 from colls.runtimes import mscclpp as rt
 from colls.verify import plan_symmetry
 from colls.verify.report import Report
-from colls.verify.rules import HANG, LOAD, PROOF_CHUNKS, UB, UNUSED, WRONG
+from colls.verify.rules import HANG, LOAD, PLAN_PROOF_CHUNKS, UB, UNUSED, WRONG
 
 TARGET = "mscclpp"
 REPORT_CAP = 10
@@ -220,9 +220,9 @@ def verify_plan(plan: dict, kind: str, source: str, *, inplace: bool | None = No
             if max_clocks is not None and clocks > max_clocks:
                 _skip(cx, f"too large to prove: {sym.shift if sym else m.n} of its {m.n} GPUs run, {clocks:,} "
                       f"threadblock clock entries a call, over the {max_clocks:,} the proof is held to")
-            elif states > PROOF_CHUNKS:
+            elif states > PLAN_PROOF_CHUNKS:
                 _skip(cx, f"too large to prove: its buffers hold {states:,} chunk states on the GPUs the proof "
-                      f"runs, over the {PROOF_CHUNKS:,} it follows")
+                      f"runs, over the {PLAN_PROOF_CHUNKS:,} it follows")
             else:
                 facts["deadlock_free"] = done = _executed(cx, m, inplace, sym, max_clocks, facts)
                 if done:

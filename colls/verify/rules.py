@@ -28,6 +28,10 @@ EFFECTS = (LOAD, UNUSED, MISREAD, UB, HANG, WRONG)
 # (s_chunks="2147483648"); colls' 1,024-GPU hier allreduce on 128 x DGX A100 needs 139,392 on the 64 ranks
 # its symmetry runs, 2,230,272 on all 1,024. Beyond it the file is not proven, and says why.
 PROOF_CHUNKS = 1 << 22
+# A plan's execution keeps more for each (its memory per call and pipeline unit, every access checked as it is
+# made): about 1 KB a state (655,360 states: 665 MB and 14 s), so it follows a quarter as many: 1 M, about a
+# gigabyte.
+PLAN_PROOF_CHUNKS = 1 << 20
 
 FORMAT, ALGO, LIMITS, STRUCTURE, COMMUNICATION, EXECUTION, SEMANTICS = (
     "format", "algo", "limits", "structure", "communication", "execution", "semantics")
