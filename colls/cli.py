@@ -572,11 +572,12 @@ def verify_cmd(path, target, hardware, nodes, sms, buffsize, as_json):
     """
     from colls import files, verify
     text = files.read_text(path, files.MAX_XML_BYTES, option="FILE")
-    if text.lstrip().startswith("{"):           # an MSCCL++ JSON plan: its collective is in the plan
+    if text.lstrip()[:1] in ("{", "["):         # an MSCCL++ JSON plan: its collective is in the plan
         from colls import mscclpp
         from colls.verify.plan import verify_plan
-        plan = mscclpp.load(text, path)
-        report = verify_plan(plan, plan["collective"], path)
+        plan = mscclpp.load(text, path, shape=False)     # a JSON plan of the wrong shape is an invalid file
+        kind = plan.get("collective") if isinstance(plan, dict) else None
+        report = verify_plan(plan, kind if isinstance(kind, str) else "unknown", path)
     else:
         if hardware is not None:
             topo = _load(hardware, nodes)

@@ -766,14 +766,15 @@ def dumps(plan: dict) -> str:
     return json.dumps(ordered, indent=2, ensure_ascii=True) + "\n"
 
 
-def load(text: str, source: str) -> dict:
+def load(text: str, source: str, shape: bool = True) -> dict:
     """Read a plan's text; CollsError naming ``source`` and the key when it is not a plan the MSCCL++
-    loader can read (not JSON, a required key missing or of the wrong type)."""
+    loader can read (not JSON, a required key missing or of the wrong type). ``shape=False``: only not JSON
+    (``colls verify`` reports the rest as findings of an invalid plan)."""
     try:
         plan = json.loads(text)
     except (ValueError, RecursionError) as e:
         raise CollsError(f"not JSON: {e}", source=source) from None
-    problems = shape_problems(plan)
+    problems = shape_problems(plan) if shape else []
     if problems:
         key, message = problems[0]
         raise CollsError(message, source=source, key=key)
@@ -801,9 +802,9 @@ def shape_problems(plan) -> list[tuple[str, str]]:
     for key in ("num_threads_per_block", "min_message_size", "max_message_size", "buffer_alignment"):
         if key in plan and not (_is_int(plan[key]) and 0 <= plan[key] < 2**64):
             out.append((key, "must be a non-negative integer"))
-    gpus = plan.get("gpus")
-    if gpus is None:
+    if "gpus" not in plan:
         return out
+    gpus = plan["gpus"]
     if not isinstance(gpus, list) or not gpus:
         return out + [("gpus", "must be a non-empty list")]
     for r, g in enumerate(gpus):
@@ -822,6 +823,14 @@ def shape_problems(plan) -> list[tuple[str, str]]:
             elif ch["channel_type"] in ("memory", "port") and not (
                     isinstance(ch.get("connected_to"), list) and all(_is_int(p) for p in ch["connected_to"])):
                 out.append((f"{where}.channels[{i}].connected_to", "must be a list of ranks"))
+        # optional; each entry's init_value is read with [] (execution_plan.cc setupSemaphores)
+        sems = g.get("semaphores", [])
+        if not isinstance(sems, list):
+            out.append((f"{where}.semaphores", "must be a list"))
+        for i, sem in enumerate(sems if isinstance(sems, list) else []):
+            if not (isinstance(sem, dict) and _is_int(sem.get("init_value"))):
+                out.append((f"{where}.semaphores[{i}].init_value", "must be an integer (the loader reads it with "
+                            "[] and throws)"))
         for i, rb in enumerate(g.get("remote_buffers") or []):
             if not (isinstance(rb, dict) and _is_int(rb.get("rank")) and rb.get("type") in rt.BUFFER_TYPES
                     and isinstance(rb.get("access_channel_types"), list)
@@ -833,6 +842,9 @@ def shape_problems(plan) -> list[tuple[str, str]]:
                 continue
             if "id" in tb and not _is_int(tb["id"]):
                 out.append((f"{tw}.id", "must be an integer"))
+            for key in ("channels", "remote_buffer_refs"):
+                if key in tb and not isinstance(tb[key], list):
+                    out.append((f"{tw}.{key}", "must be a list"))
             for i, ch in enumerate(tb.get("channels") or []):
                 if not (isinstance(ch, dict) and ch.get("channel_type") in rt.CHANNEL_TYPES
                         and isinstance(ch.get("channel_ids"), list) and all(_is_int(x) for x in ch["channel_ids"])):
@@ -842,8 +854,8 @@ def shape_problems(plan) -> list[tuple[str, str]]:
                         and isinstance(ref.get("remote_buffer_ids"), list)
                         and all(_is_int(x) for x in ref["remote_buffer_ids"])):
                     out.append((f"{tw}.remote_buffer_refs[{i}]", "needs access_channel_type and remote_buffer_ids"))
-            ops = tb.get("ops")
-            if ops is not None and not isinstance(ops, list):
+            ops = tb.get("ops", [])
+            if not isinstance(ops, list):
                 out.append((f"{tw}.ops", "must be a list"))
                 continue
             for o, op in enumerate(ops or []):

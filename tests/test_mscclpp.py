@@ -542,3 +542,42 @@ def test_buffers_beyond_what_the_proof_follows_are_not_proven_and_say_so():
     assert report.verdict == "unproven" and report.facts["deadlock_free"] is None
     assert any("too large to prove: its buffers hold" in f.message for f in report.findings)
     assert "whether it deadlocks and what it computes were not checked" in report.summary()
+
+
+@pytest.mark.parametrize("mutate,key", [
+    (lambda p: p.update(gpus=None), "gpus: must be a non-empty list"),
+    (lambda p: p["gpus"][0]["threadblocks"][0].update(ops=None), "gpus[0].threadblocks[0].ops: must be a list"),
+    (lambda p: p["gpus"][0]["threadblocks"][0].update(channels=None), "gpus[0].threadblocks[0].channels: must be"),
+    (lambda p: p["gpus"][0].update(semaphores=[None]), "gpus[0].semaphores[0].init_value: must be an integer"),
+    (lambda p: p["gpus"][0].update(semaphores=[{"init_value": "0"}]), "gpus[0].semaphores[0].init_value"),
+    (lambda p: p["gpus"][0].update(semaphores=[{}]), "gpus[0].semaphores[0].init_value"),
+])
+def test_verify_calls_a_plan_of_the_wrong_shape_invalid_naming_the_key(tmp_path, capsys, mutate, key):
+    """null where the loader reads a list or a number, a semaphore without its init_value: an invalid plan
+    (exit 1, the key named), never an internal error; text that is not JSON at all cannot be read (exit 2)."""
+    from colls.cli import main
+    plan = base()
+    mutate(plan)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(plan))
+    with pytest.raises(SystemExit) as done:
+        main(["verify", str(path)])
+    out, err = capsys.readouterr()
+    assert done.value.code == 1 and f"error [plan-key]: will not load: {key}" in out and err == ""
+    path.write_text("[1,")
+    with pytest.raises(SystemExit) as done:
+        main(["verify", str(path)])
+    assert done.value.code == 2 and "not JSON" in capsys.readouterr().err
+
+
+def test_semaphore_and_signal_ops_without_ids_do_nothing_as_the_loader_reads_them():
+    """The loader sets an op's semaphores and channels only when the op has them (op.contains): a sem_release
+    without semaphore_ids releases nothing, so its partner's acquire waits for ever: a hang, not a KeyError."""
+    plan = base()
+    releases = [op for g in plan["gpus"] for tb in g["threadblocks"] for op in flat(tb["ops"])
+                if op["name"] == "sem_release"]
+    if not releases:
+        pytest.skip("the ring plan has no semaphores")
+    del releases[0]["semaphore_ids"]
+    report = verify_plan(plan, "allgather", "p.json", inplace=False)
+    assert not report.ok and "hangs" in report.consequence()

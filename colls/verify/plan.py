@@ -974,7 +974,7 @@ class _Execution:
         if op["name"] in _WAITS:
             return f"{op['name']} on {op['channel_type']} channel(s) {op['channel_ids']} (no signal comes)"
         if op["name"] == "sem_acquire":
-            return f"sem_acquire {op['semaphore_ids']} (never released)"
+            return f"sem_acquire {op.get('semaphore_ids', [])} (never released)"
         if op["name"] == "barrier":
             return f"barrier {op['barrier_id']} (waits for {op['num_threadblocks']} threadblocks)"
         return op["name"]
@@ -1013,7 +1013,7 @@ class _Execution:
             for ep in eps:                          # consumed: its clock is joined, nothing reads it again
                 self.inbox[ep][self.consumed[ep] - 1] = None
         elif name == "sem_acquire":
-            keys = [(r, s) for s in op["semaphore_ids"]]
+            keys = [(r, s) for s in op.get("semaphore_ids", ())]
             init = self.m.gpus[r]["semaphores"]
             if any(len(self.releases[k]) + init[k[1]]["init_value"] <= self.acquired[k] for k in keys):
                 return False
@@ -1105,11 +1105,11 @@ class _Execution:
         ct = op.get("channel_type")
         where = (r, t, flat)
         if name in _SIGNALS:
-            for c in op["channel_ids"]:
+            for c in op.get("channel_ids", ()):       # none: the loader sets no channel (op.contains)
                 self._signal(i, self._endpoint(i, op, c))
             return
         if name == "sem_release":
-            for s in op["semaphore_ids"]:
+            for s in op.get("semaphore_ids", ()):     # none: it releases nothing (op.contains)
                 self.releases[(r, s)].append((self.clock[i], self.own[i], i))
             return
         if name in ("nop", "flush"):
