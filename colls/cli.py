@@ -11,6 +11,7 @@ Every numeric option has a range checked before any work (:class:`Whole`); value
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
@@ -35,6 +36,26 @@ MAX_NODES = 100_000  # = colls.inputs.hardware.MAX_NODES (not imported: this mod
 MAX_COPIES = 1024  # --instances, --rings, --trees-per-gpu, --chunks: far beyond any runtime's channels
 MAX_SMS = 10**6
 _state = {"debug": False}
+
+
+class Number(click.ParamType):
+    """A finite number in ``[minimum, maximum]`` (``nan`` and ``inf`` refused: click's FloatRange lets ``nan``
+    through, as every comparison with it is false)."""
+
+    name = "number"
+
+    def __init__(self, minimum: float, maximum: float):
+        self.minimum, self.maximum = minimum, maximum
+
+    def convert(self, value, param, ctx):
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"expected a number, got {excerpt(str(value))}", param, ctx)
+        if not (math.isfinite(x) and self.minimum <= x <= self.maximum):
+            self.fail(f"must be a number from {self.minimum:g} to {self.maximum:g}, got {excerpt(str(value))}",
+                      param, ctx)
+        return x
 
 
 class Whole(click.ParamType):
@@ -436,7 +457,7 @@ NCCL_STEPS_BYTES = 8          # a buffer holds NCCL_STEPS slots of at least a by
               help="milp: solver time per stage, CP-SAT deterministic seconds (default 2 here, 10 in synth).")
 @click.option("--jobs", type=Whole(1, 1024), default=None, metavar="N",
               help="Processes for the simulations (default: the processors available); the result is the same.")
-@click.option("--margin", type=click.FloatRange(0, 99), default=None, metavar="PCT",
+@click.option("--margin", type=Number(0, 99), default=None, metavar="PCT",
               help="How much faster (percent) a file must be than the runtime's own algorithm to take a size "
                    "(default: the simulator's measured error in the size's band, bench/CALIBRATION.md).")
 @click.option("--max-threadblocks", type=Whole(1, 1024), default=None, metavar="N",

@@ -155,6 +155,9 @@ MILP = SYNTH[:-2] + ["--method", "milp", "--no-simulate", "-o", "x.xml"]
 BIG = str(10**30)
 
 CASES = [
+    # compile: a margin that is not a finite percentage (nan passes click's FloatRange: every comparison is false)
+    *[(["compile", "--hardware", "@tiny.yaml", "--collective", "allgather", "-o", "out", "--margin", v], "--margin")
+      for v in ("nan", "inf", "-1", "100", "x")],
     # synth: options
     (SYNTH + ["--chunks", "0"], "--chunks"),
     (SYNTH + ["--chunks", "-1"], "--chunks"),
