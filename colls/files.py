@@ -22,6 +22,10 @@ from colls.errors import CollsError, excerpt
 
 MAX_XML_BYTES = 256 * 2**20
 MAX_PROFILE_BYTES = 16 * 2**20
+# A YAML hardware profile: PyYAML builds every value in Python, about 300 KB a second here even on libyaml's
+# parser (a 900 KB file of 30,000 NICs took 3.5 s to read), so a larger one could not be answered in seconds.
+# The shipped profiles are 2-3 KB; a graph's links fit a matrix (128 GPUs: 50 KB).
+MAX_YAML_PROFILE_BYTES = 2**20
 
 
 def _mib(n: int) -> str:

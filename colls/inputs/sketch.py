@@ -64,7 +64,7 @@ import yaml
 
 from colls.errors import EXCERPT_CHARS, CollsError, printable
 from colls.files import read_text
-from colls.inputs.hardware import _Checker, _join, _Loader, _read_yaml, _what  # noqa: PLC2701
+from colls.inputs.hardware import _Checker, _join, _read_yaml, _what, load_yaml  # noqa: PLC2701
 from colls.inputs.taccl import parse_json
 from colls.topology import GPU, NIC, SWITCH, Topology, vertex_key
 
@@ -193,7 +193,7 @@ def _parse(source: str, text: str) -> dict:
         data = parse_json(source, text)
     else:
         try:
-            data = yaml.load(text, Loader=_Loader)
+            data = load_yaml(text)
         except (yaml.YAMLError, ValueError):
             _read_yaml(source, text)  # raises the YAML syntax error as one line
             raise
