@@ -122,6 +122,9 @@ def check_output(path, option: str = "-o") -> str:
         raise CollsError(f"{quoted}: {_os_message(e)}", key=option) from None
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise CollsError(f"{quoted} is {_kind(st.st_mode)}; colls writes only regular files", key=option)
+    if st is not None and not os.access(target, os.W_OK):
+        # the atomic rename would replace it anyway (the folder is writable): refuse as cp or > would
+        raise CollsError(f"{quoted} is write-protected; make it writable or remove it first", key=option)
     folder = os.path.dirname(target) or "."
     if not os.path.isdir(folder):
         raise CollsError(f"{quoted}: folder {excerpt(folder, 80)} does not exist", key=option)

@@ -404,6 +404,23 @@ def test_output_symlink_to_a_regular_file_writes_the_file(tmp_path):
     assert stat.S_ISREG(os.stat(real).st_mode)
 
 
+def test_a_write_protected_output_is_refused_not_replaced(tmp_path, monkeypatch):
+    """The atomic rename would replace a file its owner made read-only (the folder being writable) and leave it
+    0644: refused instead, as cp or a shell redirect would. Whether the user may write it is the system's
+    answer (os.access; root may write anything, so the answer is given here)."""
+    from colls import files
+    from colls.errors import CollsError
+    target = tmp_path / "ro.xml"
+    target.write_text("precious\n")
+    real_access = os.access
+    monkeypatch.setattr(files.os, "access", lambda p, mode: False if os.fspath(p) == str(target) and mode == os.W_OK
+                        else real_access(p, mode))
+    with pytest.raises(CollsError, match="write-protected"):
+        files.check_output(str(target))
+    assert files.check_output(str(tmp_path / "new.xml")) == str(tmp_path / "new.xml")
+    assert target.read_text() == "precious\n"
+
+
 INTERNAL = ("import colls.inputs.hardware as hw\n"
             "def broken():\n"
             "    raise KeyError('bug in the code')\n"
