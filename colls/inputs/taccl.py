@@ -261,23 +261,9 @@ def _whole(value, key: str, minimum: int, maximum: int) -> int:
 
 
 def _shape(check: _Checker, data: dict, shape, G: int) -> str:
-    classes = data.get("node_betas_list")
-    if shape is None:
-        if "links" in data:
-            return "custom"
-        count = len(classes) if isinstance(classes, list) else None
-        if G == 8 and count == 2:
-            return "NDv2"
-        if G == 16 and count == 1:
-            return "DGX2"
-        check.fail(None, f"cannot tell the node shape of {G} GPUs with "
-                         f"{'no' if count is None else count} beta classes; give --taccl-shape "
-                         f"({', '.join(SHAPES)})")
-    known = {s.lower(): s for s in SHAPES}
-    if not isinstance(shape, str) or shape.lower() not in known:
-        raise CollsError(f"unknown TACCL node shape {excerpt(shape)} (known: {', '.join(SHAPES)})",
-                         key="--taccl-shape")
-    shape = known[shape.lower()]
+    """The node shape, given (``--taccl-shape``) or inferred from the keys; either way the shape's keys are
+    then checked: all present, none of another shape's."""
+    shape = _inferred_shape(check, data, G) if shape is None else _given_shape(shape)
     wrong = _CLASS_KEYS if shape == "custom" else _CUSTOM_KEYS
     for key in wrong:
         if key in data:
@@ -289,6 +275,28 @@ def _shape(check: _Checker, data: dict, shape, G: int) -> str:
     if shape == "NDv2" and G != 8:
         check.fail("gpus_per_node", f"shape NDv2 is the 8-GPU hybrid cube mesh, got {G} GPUs")
     return shape
+
+
+def _inferred_shape(check: _Checker, data: dict, G: int) -> str:
+    if "links" in data:
+        return "custom"
+    classes = data.get("node_betas_list")
+    count = len(classes) if isinstance(classes, list) else None
+    if G == 8 and count == 2:
+        return "NDv2"
+    if G == 16 and count == 1:
+        return "DGX2"
+    check.fail(None, f"cannot tell the node shape of {G} GPUs with "
+                     f"{'no' if count is None else count} beta classes; give --taccl-shape "
+                     f"({', '.join(SHAPES)})")
+
+
+def _given_shape(shape) -> str:
+    known = {s.lower(): s for s in SHAPES}
+    if not isinstance(shape, str) or shape.lower() not in known:
+        raise CollsError(f"unknown TACCL node shape {excerpt(shape)} (known: {', '.join(SHAPES)})",
+                         key="--taccl-shape")
+    return known[shape.lower()]
 
 
 def _chunk(check: _Checker, name: str, chunk) -> int:
