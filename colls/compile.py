@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
@@ -579,17 +580,33 @@ def _check_directory(directory: str) -> None:
     if not entries:
         return
     if not written_here(directory):
-        raise CollsError(f"{directory} is a folder colls compile did not write (it holds other files); give a "
-                         f"new folder name, or an empty one", key="-o")
+        raise CollsError(f"{directory} is a folder colls compile did not write, or holds files it does not "
+                         f"write beside its own; give a new folder name, or an empty one", key="-o")
 
 
 def written_here(folder: str) -> bool:
-    """Whether ``folder`` is one this command wrote (its README.md starts with :data:`MARKER`)."""
+    """Whether ``folder`` is one this command wrote, and so may be replaced whole: its README.md starts with
+    :data:`MARKER` and it holds nothing compile does not write (README.md, env.sh, the plans' register
+    script, a plot per collective, and the algorithms or plans folder of files alone). A user's own file
+    beside them keeps the folder from being replaced."""
     try:
         with open(os.path.join(folder, "README.md"), encoding="utf-8", errors="replace") as fh:
-            return fh.readline().strip() == MARKER
+            if fh.readline().strip() != MARKER:
+                return False
+        for entry in os.scandir(folder):
+            if entry.name in (ALGORITHMS, PLANS) and entry.is_dir(follow_symlinks=False):
+                ext = ".xml" if entry.name == ALGORITHMS else ".json"
+                if not all(f.name.endswith(ext) and f.is_file(follow_symlinks=False) for f in os.scandir(entry.path)):
+                    return False
+            elif not (entry.is_file(follow_symlinks=False) and (
+                    entry.name in ("README.md", "env.sh", REGISTER) or _PLOT.fullmatch(entry.name))):
+                return False
     except OSError:
         return False
+    return True
+
+
+_PLOT = re.compile(r"[a-z]+(-root[0-9]+)?\.png")      # compile's plot of one collective (_label)
 
 
 def _swap(tmp: str, directory: str) -> None:

@@ -219,6 +219,27 @@ def test_bad_options_one_line_exit_2(small, tmp_path, args, key):
     assert not out.exists()
 
 
+def test_a_folder_it_wrote_is_replaced_only_while_it_holds_nothing_else(tmp_path):
+    """compile replaces its own folder whole: one that holds a file of the user's beside compile's own (notes, a
+    subfolder, a file in algorithms/ that is not an algorithm) is not its own any more."""
+    folder = tmp_path / "out"
+    (folder / comp.ALGORITHMS).mkdir(parents=True)
+    (folder / "README.md").write_text(comp.MARKER + "\n")
+    for name in ("env.sh", "allgather.png", "broadcast-root3.png", comp.REGISTER):
+        (folder / name).write_text("x")
+    (folder / comp.ALGORITHMS / "allgather-01-ring-LL-x1.xml").write_text("x")
+    assert comp.written_here(str(folder))
+    for extra in ("data.csv", "sub/f", f"{comp.ALGORITHMS}/notes.txt", f"{comp.ALGORITHMS}/deeper/a.xml"):
+        path = folder / extra
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("keep me")
+        assert not comp.written_here(str(folder)), extra
+        path.unlink()
+        if path.parent != folder and path.parent.name != comp.ALGORITHMS:
+            path.parent.rmdir()
+    assert comp.written_here(str(folder))
+
+
 def test_refuses_a_folder_it_did_not_write(small, tmp_path):
     out = tmp_path / "mine"
     out.mkdir()
