@@ -42,11 +42,29 @@ def test_every_method_writes_a_verified_file_or_names_the_limit(name, nodes):
 
 
 def test_precheck_refuses_too_many_ranks_in_milliseconds():
-    topo = hardware.load_topology("dgx-a100", nodes=520)  # 4160 GPUs: gpu elements alone pass 4096
-    t0 = time.perf_counter()
+    # 4160 GPUs: gpu elements alone pass 4096 (a machine colls does not build: checked from the count alone)
     with pytest.raises(LimitError, match="MSCCL_MAX_NODES"):
-        pipeline.compile_schedule(topo, Collective("allgather", topo.ngpus), "ring")
-    assert time.perf_counter() - t0 < 1.0  # a precheck, not a synthesis (generous for slow CI)
+        pipeline.check_rank_limits(Collective("allgather", 4160), "ring", TARGETS["exe"])
+    with pytest.raises(CollsError, match="at most 4,096 GPUs [(]512 nodes of this profile"):
+        hardware.load_topology("dgx-a100", nodes=520)
+    assert hardware.load_topology("dgx-a100", nodes=512).ngpus == hardware.MAX_MODEL_GPUS
+
+
+def test_every_command_refuses_a_machine_too_large_to_model_naming_the_nodes_that_fit(tmp_path):
+    """100,000 nodes of DGX A100: bound, hardware show, simulate, verify --hardware and compile built the whole
+    machine (800,000 GPUs) for a minute and ran out of memory; each is refused on --nodes before it is built."""
+    from colls.cli import main
+    xml = tmp_path / "x.xml"
+    xml.write_text(msccl.emit(pipeline.compile_schedule(hardware.load_topology("dgx-a100"),
+                                                        Collective("allgather", 8), "ring").program))
+    hw = ["--hardware", "dgx-a100", "--nodes", "100000"]
+    for args in (["bound", *hw, "--collective", "allgather"], ["hardware", "show", "dgx-a100", "--nodes", "100000"],
+                 ["simulate", *hw, "--baseline", "nccl", "--collective", "allreduce"], ["verify", str(xml), *hw],
+                 ["compile", *hw, "--collective", "allgather", "-o", str(tmp_path / "out")]):
+        with pytest.raises(SystemExit) as done:
+            main(args)
+        assert done.value.code == 2, args
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_file_of_more_gpus_than_the_loaders_children_per_element_is_refused_up_front():

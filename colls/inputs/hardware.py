@@ -86,6 +86,21 @@ MAX_GPUS = 10**6
 # GPUs in one node profile (gpu.count): the largest NVLink domain announced has 576 (NVL576); more GPUs are
 # more nodes (--nodes). A million in one node took 70 s and 2.3 GB to show, every one of them distinct.
 MAX_NODE_GPUS = 1024
+# GPUs of the largest machine colls builds to answer on: every command lays the whole machine out (about 1 ms a
+# node here) and bound's flows, the simulator and the proofs grow from there (bound: 5 s at 4,096 GPUs of DGX
+# A100, 16 s at 16,384). A larger one is refused before it is built, naming this limit and the most nodes of
+# the profile that fit; a command's own limits (the runtime's, checked first) name theirs.
+MAX_MODEL_GPUS = 4096
+
+
+def check_model_size(gpus_per_node: int, nodes: int) -> None:
+    """Refuse (CollsError on --nodes) a machine of more than :data:`MAX_MODEL_GPUS` GPUs."""
+    total = gpus_per_node * nodes
+    if total > MAX_MODEL_GPUS:
+        fit = MAX_MODEL_GPUS // gpus_per_node
+        raise CollsError(f"{nodes:,} nodes of {gpus_per_node} GPUs are {total:,} GPUs; colls models machines of "
+                         f"at most {MAX_MODEL_GPUS:,} GPUs ({fit:,} node{'s' if fit != 1 else ''} of this profile; "
+                         "laying out a larger one alone takes longer than an answer should)", key="--nodes")
 MAX_DEPTH = 64  # nesting levels of YAML collections
 MAX_NAME, MAX_TEXT = 100, 1000  # characters of a name (profile, class, switch) and of any other text
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_+-]*\Z")
@@ -151,6 +166,7 @@ def load_topology(spec: str, nodes: int = 1, precheck=None) -> Topology:
                              f"than the {MAX_GPUS} colls handles", key="--nodes")
         if precheck is not None:
             precheck(profile.count * nodes)
+        check_model_size(profile.count, nodes)
         topo = _cluster(check, profile, nodes)
     topo.validate(source)
     for _, _, d in topo.graph.edges(data=True):
