@@ -581,3 +581,19 @@ def test_semaphore_and_signal_ops_without_ids_do_nothing_as_the_loader_reads_the
     del releases[0]["semaphore_ids"]
     report = verify_plan(plan, "allgather", "p.json", inplace=False)
     assert not report.ok and "hangs" in report.consequence()
+
+
+def test_a_plan_of_no_threads_per_block_will_not_load():
+    plan = base()
+    plan["num_threads_per_block"] = 0
+    assert rules(plan) == {"plan-threads"}
+
+
+def test_simulate_prints_a_plans_name_escaped():
+    """A name is any string to the loader; one with a terminal escape and a newline must not reach the terminal
+    as they are (it set the title and forged an output line)."""
+    from colls.simulate.plans import run_files
+    plan = base()
+    plan["name"] = "x\x1b]0;t\x07\nFAKE LINE"
+    text, _ = run_files([("p.json", mscclpp.dumps(plan))], topo(1), [1 << 20])
+    assert "\x1b" not in text and "\x07" not in text and "\nFAKE LINE" not in text and "\\x1b" in text

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from colls.errors import CollsError
+from colls.errors import CollsError, printable
 from colls import mscclpp
 from colls.program import STEP_SEMANTICS, Program
 from colls.runtimes import mscclpp as rt
@@ -236,7 +236,7 @@ def time_plan(plan: dict, program: Program, topology, size: int, *, inplace: boo
         timing, _ = simulate(mach.program, topology, kind, size, model=model(topology, launch, proto), bound=bound,
                              machine=mach, native=True, deadline_us=deadline_us)
     except CollsError as e:
-        raise CollsError(f"{plan['name']}: {e}") from None
+        raise CollsError(f"{printable(str(plan['name']), 100)}: {e}") from None
     timing.extra["protocol"] = proto
     return timing
 
@@ -276,7 +276,7 @@ def run_files(texts, topology, sizes, *, inplace: bool = False, baseline: str | 
         mach = machine(program, topology, kind, mscclpp.slice_of(plan), plan["protocol"])
         timings = [time_plan(plan, program, topology, s, inplace=inplace, bound=b, mach=mach, launch=launch)
                    for s in sizes]
-        head = (f"{path}: MSCCL++ plan {plan['name']}, {kind} on {topology.name} ({topology.ngpus} GPUs), "
+        head = (f"{path}: MSCCL++ plan {printable(plan['name'], 100)}, {kind} on {topology.name} ({topology.ngpus} GPUs), "
                 f"{'in-place' if plan['inplace'] else 'out-of-place'} plan, {'in-place' if inplace else 'out-of-place'} "
                 f"calls, {unit_words(mscclpp.slice_of(plan), plan['protocol'])}")
         if plan["protocol"] == "LL" and launch == "graph":

@@ -84,7 +84,8 @@ PLAN_RULES: dict[str, tuple[str | None, str]] = {
     "plan-key": (LOAD, "a key the loader reads is missing or of the wrong type"),
     "plan-collective": (UNUSED, "collective is not the one asked, or not one MSCCL++ selects"),
     "plan-protocol": (None, "protocol is neither Simple nor LL (the loader then runs Simple)"),
-    "plan-threads": (LOAD, "num_threads_per_block above 1024 (__launch_bounds__(1024, 1))"),
+    "plan-threads": (LOAD, "num_threads_per_block above 1024 (__launch_bounds__(1024, 1)) or 0 (no block to "
+                           "launch)"),
     "plan-message-size": (UNUSED, "min_message_size > max_message_size, or sizes no call can have"),
     "plan-gpu-id": (LOAD, "gpus[i].id is not i ('GPU rank does not match')"),
     "plan-chunks": (LOAD, "chunk counts that are zero, differ between GPUs, or do not fit the collective"),
@@ -368,6 +369,9 @@ class _Model:
             cx.add("plan-protocol", f"protocol {plan['protocol']!r} runs as Simple")
         if plan.get("num_threads_per_block", 1024) > rt.MAX_THREADS_PER_BLOCK:
             cx.add("plan-threads", f"num_threads_per_block {plan['num_threads_per_block']} > 1024")
+        elif plan.get("num_threads_per_block", 1024) == 0:
+            cx.add("plan-threads", "num_threads_per_block 0: a kernel of blocks without threads cannot be launched "
+                   "(CUDA's invalid configuration)")
         lo = plan.get("min_message_size", 0)
         hi = plan.get("max_message_size", 2**64 - 1)
         if lo > hi:
