@@ -519,12 +519,14 @@ def compile_cmd(hardware, nodes, collective, output, target, root, methods, size
             raise CollsError("MSCCL++ plans are written for allreduce, allgather, reducescatter and alltoall",
                              key="--root")
         plans = comp.plan_mscclpp(topo, kinds, packets=packets, **common)
+        _check_some_method_made_a_file(plans, names)
         say("writing and proving the chosen plans")
         comp.lower_plans(plans)
         written = comp.write_plans(plans, output, topo)
         what = f"plan(s) in {output}/{comp.PLANS}, README.md, env.sh, {comp.REGISTER}"
     else:
         plans = comp.plan(topo, kinds, target=target, root=root, **common)
+        _check_some_method_made_a_file(plans, names)
         say("proving the chosen files")
         comp.lower_files(plans, target, jobs or comp.default_jobs())
         written = comp.write(plans, output, topo, target)
@@ -535,6 +537,15 @@ def compile_cmd(hardware, nodes, collective, output, target, root, methods, size
     click.echo(f"wrote {output}: {len(written)} {what} (modelled on {topo.name}, {topo.ngpus} GPUs, target {target})")
     for line in comp.summary_lines(plans, target):
         click.echo(f"  {line}")
+
+
+def _check_some_method_made_a_file(plans, names) -> None:
+    """``--methods`` given and none of them made a file for any collective: refused, with why (as synth
+    refuses), rather than a folder of the runtime's own algorithms the user did not ask for."""
+    if names is None or any(m.variants for p in plans for m in p.methods):
+        return
+    why = "; ".join(f"{m.name} for {p.kind}: {m.refused}" for p in plans for m in p.methods if m.refused)
+    raise CollsError(f"no method given made a file ({printable(why, 240) or 'none applies'})", key="--methods")
 
 
 @cli.group()

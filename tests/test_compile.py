@@ -451,3 +451,16 @@ def test_milp_solves_the_problems_its_collectives_share_once(small, monkeypatch)
     assert milp._SHARED is None
     for a, b in zip(together, alone):
         assert [v.program for v in a.variants] == [v.program for v in b.variants] and a.variants
+
+
+def test_methods_given_that_make_no_file_are_refused_as_synth_refuses_them(tmp_path, capsys):
+    """--methods hier on one node: hier has no hierarchy to follow there; compile wrote a folder of the
+    runtime's own algorithms instead, in silence. Refused, naming --methods and why, nothing written."""
+    from colls.cli import main
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as done:
+        main(["compile", "--hardware", "dgx-a100", "--collective", "allgather", "--methods", "hier", "--sizes", "1MB",
+              "--quiet", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "--methods: no method given made a file (hier for allgather:" in err
+    assert not out.exists()
