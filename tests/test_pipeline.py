@@ -118,13 +118,15 @@ def test_trees_written_file_reaches_97_percent_of_the_bound(cluster, kind):
 
 def _assert_fits_rccl(cluster, kind, exe_algbw):
     """RCCL loads at most 64 threadblocks per GPU (MSCCL_MAX_NUM_THREAD_BLOCKS): the trees share
-    threadblocks to fit, and keep the rate the exe file has."""
+    threadblocks to fit, and keep the rate the exe file has. The report is compile_schedule's proof of the
+    written text itself, parsed back, for RCCL, with the machine's CUs (pipeline._finish), so it is not
+    proved a second time here."""
     result = pipeline.compile_schedule(cluster, Collective(kind, cluster.ngpus), "trees", target="rccl")
     assert TARGETS["rccl"].max_tbs == 64
     assert result.program.max_tbs() <= 64
-    parsed, findings = msccl.parse(result.text, "<test>")
-    report = verify.verify(parsed, TARGETS["rccl"], sms=cluster.min_sms(), findings=findings)
-    assert report.ok, report.format()
+    assert result.report.ok and result.report.target == "rccl", result.report.format()
+    assert result.report.facts["semantics_checked"]
+    assert msccl.parse(result.text, "<test>")[0].max_tbs() <= 64
     assert result.schedule.model_algbw(cluster)[0] == exe_algbw
 
 
