@@ -603,9 +603,9 @@ def verify_cmd(path, target, hardware, nodes, sms, buffsize, as_json):
     Exit 0 only if the file is valid; 1 if it is invalid or not proven; 2 if it cannot be read at all.
     """
     from colls import files, verify
+    from colls import mscclpp
     text = files.read_text(path, files.MAX_XML_BYTES, option="FILE")
-    if text.lstrip()[:1] in ("{", "["):         # an MSCCL++ JSON plan: its collective is in the plan
-        from colls import mscclpp
+    if mscclpp.is_plan_text(text):               # an MSCCL++ JSON plan: its collective is in the plan
         from colls.verify.plan import verify_plan
         plan = mscclpp.load(text, path, shape=False)     # a JSON plan of the wrong shape is an invalid file
         kind = plan.get("collective") if isinstance(plan, dict) else None
@@ -722,7 +722,8 @@ def simulate_cmd(paths, hardware, nodes, sizes, inplace, launch, target, baselin
     if len(outputs) == 2 and os.path.abspath(plot_path) == os.path.abspath(timeline_path):
         raise CollsError("--plot and --timeline name the same file", key="--timeline")
     texts = [(p, files.read_text(p, files.MAX_XML_BYTES, option="FILE")) for p in paths]
-    plans = [p for p, text in texts if text.lstrip().startswith("{")]     # MSCCL++ plans colls wrote
+    from colls import mscclpp
+    plans = [p for p, text in texts if mscclpp.is_plan_text(text)]     # MSCCL++ plans colls wrote
     if plans:
         if len(plans) != len(texts):
             raise CollsError(f"{excerpt(plans[0], 80)} is an MSCCL++ plan and the other FILEs are not: time plans "

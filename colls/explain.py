@@ -36,6 +36,7 @@ import os
 from dataclasses import dataclass, field
 
 from colls import files as fileio
+from colls import mscclpp
 from colls.errors import CollsError, excerpt, printable
 from colls.msccl import parse
 from colls.program import Program
@@ -241,7 +242,7 @@ def _entries(paths: list[str], tgt: Target):
         if not os.path.lexists(path):
             raise CollsError("no such file or folder", source=path)
         text = fileio.read_text(path, fileio.MAX_XML_BYTES, option="FILE")
-        if text.lstrip().startswith("{"):
+        if mscclpp.is_plan_text(text):
             raise CollsError("an MSCCL++ plan: explain reads plans from the folder `colls compile --target mscclpp` "
                              "wrote (give that folder); `colls simulate FILE.json` shows the sizes one plan serves",
                              source=path)
@@ -677,7 +678,6 @@ def explain_plans(folder: str, *, ranks: int, size, collective: str | None = Non
     bytes < max and the call's in-place flag, in an order it does not define; no world-size check), and
     current MSCCL++ with register_plans.py (the first row of its table matching collective, world size,
     buffer mode and min <= bytes <= max). Sizes are nccl-tests' (the whole buffer one rank passes)."""
-    from colls import mscclpp
     from colls.compile import PLANS
     from colls.runtimes import mscclpp as rt
     size, _ = _parse_call_options(size, dtype, ranks, None, "exe")

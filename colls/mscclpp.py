@@ -766,6 +766,12 @@ def dumps(plan: dict) -> str:
     return json.dumps(ordered, indent=2, ensure_ascii=True) + "\n"
 
 
+def is_plan_text(text: str) -> bool:
+    """Whether ``text`` is read as an MSCCL++ plan (JSON: its first character, after white space, opens an object
+    or a list) rather than MSCCL XML, by every command that takes either."""
+    return text.lstrip()[:1] in ("{", "[")
+
+
 def load(text: str, source: str, shape: bool = True) -> dict:
     """Read a plan's text; CollsError naming ``source`` and the key when it is not a plan the MSCCL++
     loader can read (not JSON, a required key missing or of the wrong type). ``shape=False``: only not JSON
@@ -814,9 +820,7 @@ def shape_problems(plan) -> list[tuple[str, str]]:
         for key in ("id", "input_chunks", "output_chunks", "scratch_chunks"):
             if key in g and not (_is_int(g[key]) and g[key] >= 0):
                 out.append((f"{where}.{key}", "must be a non-negative integer"))
-        for key in ("threadblocks", "channels", "remote_buffers"):
-            if key in g and not isinstance(g[key], list):
-                out.append((f"{where}.{key}", "must be a list"))
+        _not_lists(g, where, ("threadblocks", "channels", "remote_buffers"), out)
         for i, ch in enumerate(g.get("channels") or []):
             if not (isinstance(ch, dict) and ch.get("channel_type") in rt.CHANNEL_TYPES):
                 out.append((f"{where}.channels[{i}].channel_type", "must be memory, port or switch"))
@@ -824,10 +828,7 @@ def shape_problems(plan) -> list[tuple[str, str]]:
                     isinstance(ch.get("connected_to"), list) and all(_is_int(p) for p in ch["connected_to"])):
                 out.append((f"{where}.channels[{i}].connected_to", "must be a list of ranks"))
         # optional; each entry's init_value is read with [] (execution_plan.cc setupSemaphores)
-        sems = g.get("semaphores", [])
-        if not isinstance(sems, list):
-            out.append((f"{where}.semaphores", "must be a list"))
-        for i, sem in enumerate(sems if isinstance(sems, list) else []):
+        for i, sem in enumerate([] if _not_lists(g, where, ("semaphores",), out) else g.get("semaphores", [])):
             if not (isinstance(sem, dict) and _is_int(sem.get("init_value"))):
                 out.append((f"{where}.semaphores[{i}].init_value", "must be an integer (the loader reads it with "
                             "[] and throws)"))
@@ -842,9 +843,7 @@ def shape_problems(plan) -> list[tuple[str, str]]:
                 continue
             if "id" in tb and not _is_int(tb["id"]):
                 out.append((f"{tw}.id", "must be an integer"))
-            for key in ("channels", "remote_buffer_refs"):
-                if key in tb and not isinstance(tb[key], list):
-                    out.append((f"{tw}.{key}", "must be a list"))
+            _not_lists(tb, tw, ("channels", "remote_buffer_refs"), out)
             for i, ch in enumerate(tb.get("channels") or []):
                 if not (isinstance(ch, dict) and ch.get("channel_type") in rt.CHANNEL_TYPES
                         and isinstance(ch.get("channel_ids"), list) and all(_is_int(x) for x in ch["channel_ids"])):
@@ -854,13 +853,18 @@ def shape_problems(plan) -> list[tuple[str, str]]:
                         and isinstance(ref.get("remote_buffer_ids"), list)
                         and all(_is_int(x) for x in ref["remote_buffer_ids"])):
                     out.append((f"{tw}.remote_buffer_refs[{i}]", "needs access_channel_type and remote_buffer_ids"))
-            ops = tb.get("ops", [])
-            if not isinstance(ops, list):
-                out.append((f"{tw}.ops", "must be a list"))
+            if _not_lists(tb, tw, ("ops",), out):
                 continue
-            for o, op in enumerate(ops or []):
+            for o, op in enumerate(tb.get("ops", [])):
                 _op_shape(op, f"{tw}.ops[{o}]", out)
     return out
+
+
+def _not_lists(obj: dict, where: str, keys, out: list) -> bool:
+    """Is any of ``keys`` present in ``obj`` but not a list? Each such is a problem, in the order of ``keys``."""
+    bad = [key for key in keys if key in obj and not isinstance(obj[key], list)]
+    out.extend((f"{where}.{key}", "must be a list") for key in bad)
+    return bool(bad)
 
 
 def _has_keys(obj, where: str, keys, out: list) -> bool:
