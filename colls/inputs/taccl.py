@@ -81,8 +81,8 @@ import networkx as nx
 
 from colls.errors import CollsError, excerpt
 from colls.files import MAX_PROFILE_BYTES, read_text
-from colls.inputs.hardware import MAX_BANDWIDTH, MAX_GPUS, MAX_INT, MAX_LATENCY, MAX_NODES, MIN_BANDWIDTH
-from colls.inputs.hardware import check_model_size
+from colls.inputs.hardware import (MAX_BANDWIDTH, MAX_GPUS, MAX_INT, MAX_LATENCY, MAX_NODES, MIN_BANDWIDTH,
+                                   check_model_size)
 from colls.inputs.hardware import _check_reachable, _Checker, _what  # noqa: PLC2701 (the profile checker)
 from colls.topology import GPU, NIC, SWITCH, Topology
 
