@@ -49,10 +49,29 @@ def run(p, inplace: bool, rng: random.Random, root: int = 0):
         return not (waits(key, pc[key]) or (receives and not fifo.get((b.recv, key[0], b.chan)))
                     or (sends and len(fifo.get((key[0], b.send, b.chan), ())) >= fifo_messages(p.proto)))
 
-    while True:
-        candidates = [key for key in blocks if ready(key)]
-        if not candidates:
-            break
+    # readiness changes only for the block that fired, the ends of its connections and its rank's blocks
+    # (a published dependency), so only those are looked at again after a step
+    sender = {(k[0], b.send, b.chan): k for k, b in blocks.items() if b.send >= 0}
+    receiver = {(b.recv, k[0], b.chan): k for k, b in blocks.items() if b.recv >= 0}
+    on_rank: dict = {}
+    for k in blocks:
+        on_rank.setdefault(k[0], []).append(k)
+    candidates: list = []
+    slot: dict = {}
+
+    def recheck(key):
+        if ready(key) != (key in slot):
+            if key in slot:                      # swap with the last and drop it
+                i, last = slot.pop(key), candidates.pop()
+                if last != key:
+                    candidates[i], slot[last] = last, i
+            else:
+                slot[key] = len(candidates)
+                candidates.append(key)
+
+    for key in blocks:
+        recheck(key)
+    while candidates:
         key = rng.choice(candidates)
         g, b = key[0], blocks[key]
         s = b.steps[pc[key]]
@@ -73,6 +92,15 @@ def run(p, inplace: bool, rng: random.Random, root: int = 0):
         if s.hasdep == 1 and s.type != "nop":
             published[key] = number[key + (pc[key],)]
         pc[key] += 1
+        touched = {key}
+        if sends:
+            touched.add(receiver.get((g, b.send, b.chan)))
+        if receives:
+            touched.add(sender.get((b.recv, g, b.chan)))
+        if s.hasdep == 1:
+            touched.update(on_rank[g])
+        for k in touched - {None}:
+            recheck(k)
     if any(pc[key] < len(b.steps) for key, b in blocks.items()):
         return None
     return coll, {g.id: [mem[g.id].get(coll.alias(g.id, "o", j, inplace)) for j in range(coll.out_chunks)]

@@ -733,6 +733,22 @@ BASES = {"ring": ring_allgather, "multi": lambda: multi_ring(3, 1), "allreduce":
          "in-place-breaker": lambda: in_place_breaker(0, 1)}
 
 
+def test_the_oracle_sees_a_race_and_a_hang():
+    """The oracle the test above trusts: without the dependency that orders a forward after its receive, some
+    random orders send garbage and others do not; a send that waits for its own rank's receive hangs."""
+    import random
+    racy = ring_allgather()
+    for g in racy.gpus:
+        g.tbs[0].steps[1].depid = g.tbs[0].steps[1].deps = -1
+    right = [oracle.computes(racy, False, random.Random(seed)) for seed in range(20)]
+    assert any(right) and not all(right)
+    assert all(oracle.computes(ring_allgather(), False, random.Random(seed)) for seed in range(5))
+    stuck = ring_allgather()
+    for g in stuck.gpus:
+        g.tbs[0].steps[0].depid, g.tbs[0].steps[0].deps = 1, 0
+    assert oracle.run(stuck, False, random.Random(0)) is None
+
+
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_a_verified_program_is_right_in_every_execution_order(data):
