@@ -223,9 +223,12 @@ def happens_before(m, x: int, y: int, in_step: bool) -> bool:
     while stack:
         n, k, state = stack.pop()
         t = n_ti[n]
-        for p, edge, kp in ((n - 1 if n_idx[n] > 0 else -1, _LOCAL, k), (dep_pred[n], _LOCAL, k),
+        # pushed last, popped first: program order, then the dependency. What orders two steps of one rank is
+        # most often a chain on that rank; following messages first wandered over the other ranks (an RCCL
+        # trees allreduce on 4 x MI250: 239 steps visited a pair, 47 s; local edges first: 1.1 and 0.3 s)
+        for p, edge, kp in ((cap_pred[n], _LOOSE, (k + out_shift[t]) % order),
                             (msg_pred[n], _PURE, (k + in_shift[t]) % order),
-                            (cap_pred[n], _LOOSE, (k + out_shift[t]) % order)):
+                            (dep_pred[n], _LOCAL, k), (n - 1 if n_idx[n] > 0 else -1, _LOCAL, k)):
             if p < 0:
                 continue
             ps = _LOCAL if _LOCAL in (state, edge) else (_PURE if state == edge == _PURE else _LOOSE)
