@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+import shell
 
 from colls import cli
 from colls.inputs import hardware
@@ -332,10 +333,8 @@ CASES = [
 
 
 def run(args, cwd):
-    """The real entry point in a subprocess, as a shell runs it (a hang fails the case, not the suite)."""
-    proc = subprocess.run([sys.executable, "-c", "from colls.cli import main; main()", *args],
-                          capture_output=True, text=True, cwd=cwd, timeout=60)
-    return proc.returncode, proc.stdout, proc.stderr
+    """The real entry point as a shell runs it (tests/shell.py; a hang fails the case, not the suite)."""
+    return shell.run(args, cwd, timeout=60)
 
 
 def assert_one_line_error(tmp_path, args, names):

@@ -2,21 +2,19 @@
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+import shell
 from click.testing import CliRunner
 
 from colls.cli import cli
 
 
 def run(*args, cwd=None):
-    """Run the real entry point in a subprocess (exit codes and stderr exactly as a shell sees them)."""
-    proc = subprocess.run([sys.executable, "-c", "from colls.cli import main; main()", *args],
-                          capture_output=True, text=True, cwd=cwd)
-    return proc.returncode, proc.stdout, proc.stderr
+    """The real entry point (exit codes and stderr exactly as a shell sees them: tests/shell.py)."""
+    return shell.run(args, cwd, timeout=600)
 
 
 def assert_bad_input(rc, out, err):

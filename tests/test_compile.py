@@ -6,20 +6,21 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 
 import pytest
+
+import shell
 
 from colls import compile as comp
 from colls import explain, files, msccl, verify
 from colls.runtimes import get_target
 from colls.runtimes.calibration import margin
-import subprocess
-import sys
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-c", "from colls.cli import main; main()", *args],
-                          capture_output=True, text=True)
+    """The real entry point as a shell runs it (tests/shell.py)."""
+    return subprocess.CompletedProcess(args, *shell.run(args, timeout=600))
 
 SMALL = """name: small
 description: 4 GPUs on a switch, a NIC each

@@ -5,12 +5,11 @@ what the method cannot do is refused in one line."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
 
+import shell
 import topos
 from colls import bound
 from colls.collectives import Collective
@@ -118,9 +117,7 @@ def test_what_it_cannot_do_is_refused_naming_the_option():
 
 def test_synth_writes_a_verified_file_and_refuses_one_node_in_one_line(tmp_path):
     def run(*args):
-        proc = subprocess.run([sys.executable, "-c", "from colls.cli import main; main()", *args],
-                              capture_output=True, text=True)
-        return proc.returncode, proc.stdout, proc.stderr
+        return shell.run(args, timeout=600)
 
     out = tmp_path / "ar.xml"
     rc, stdout, err = run("synth", "--hardware", "dgx-a100", "--nodes", "2", "--collective", "allreduce",

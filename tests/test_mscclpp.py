@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+import shell
+
 from colls import mscclpp, pipeline
 from colls.collectives import Collective
 from colls.errors import CollsError
@@ -414,13 +416,9 @@ def test_every_rule_has_an_effect_or_is_a_warning():
 def test_verify_command_reads_plans(tmp_path):
     """``colls verify`` on a plan: exit 0 when proved, 1 when invalid (with the rule), 2 with one line when the
     file is not a plan at all."""
-    import subprocess
-    import sys
 
     def run(*args):
-        proc = subprocess.run([sys.executable, "-c", "from colls.cli import main; main()", *args],
-                              capture_output=True, text=True)
-        return proc.returncode, proc.stdout, proc.stderr
+        return shell.run(args, timeout=600)
 
     plan = json.loads(mscclpp.dumps(mscclpp.plan_of(program(1, "direct", "allgather"), topo(1), name="d")))
     good = tmp_path / "good.json"

@@ -4,10 +4,10 @@ explain on the folder it writes."""
 import ast
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+
+import shell
 
 from colls import mscclpp, pipeline
 from colls.collectives import Collective
@@ -18,10 +18,8 @@ from colls.verify.plan import verify_plan
 
 
 def run(*args, cwd=None):
-    """The real entry point in a subprocess (exit codes and stderr as a shell sees them)."""
-    proc = subprocess.run([sys.executable, "-c", "from colls.cli import main; main()", *args],
-                          capture_output=True, text=True, cwd=cwd)
-    return proc.returncode, proc.stdout, proc.stderr
+    """The real entry point (exit codes and stderr as a shell sees them: tests/shell.py)."""
+    return shell.run(args, cwd, timeout=600)
 
 
 def assert_bad_input(rc, out, err, *words):

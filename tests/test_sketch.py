@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+import shell
+
 from colls.errors import CollsError
 from colls.inputs.hardware import load_topology
 from colls.inputs.sketch import (Sketch, automorphism_mismatch, derive_sketch, load_sketch, sketch_text,
@@ -360,11 +362,9 @@ def test_sketch_derive_prints_a_sketch_that_checks(profile, tmp_path):
     """`colls sketch derive` prints (or writes) the default sketch; `colls sketch check` accepts it for the same
     machine and refuses it, one line, exit 2, for another node count."""
     import subprocess
-    import sys
 
     def run(*args):
-        return subprocess.run([sys.executable, "-c", "from colls.cli import main; main()", *args],
-                              capture_output=True, text=True)
+        return subprocess.CompletedProcess(args, *shell.run(args, timeout=600))
     printed = run("sketch", "derive", "--hardware", profile, "--nodes", "2")
     assert printed.returncode == 0, printed.stderr
     path = tmp_path / "s.yaml"
