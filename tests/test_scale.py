@@ -2,9 +2,9 @@
 every method either writes a verified file or refuses naming a limit (a fast subset of bench/scale.py,
 which runs the whole sweep up to 16 nodes)."""
 
-import time
-
 import pytest
+
+import shell
 
 from colls import msccl, pipeline, verify
 from colls.inputs import hardware
@@ -67,14 +67,14 @@ def test_every_command_refuses_a_machine_too_large_to_model_naming_the_nodes_tha
     assert not (tmp_path / "out").exists()
 
 
-def test_a_file_of_more_gpus_than_the_loaders_children_per_element_is_refused_up_front():
+def test_a_file_of_more_gpus_than_the_loaders_children_per_element_is_refused_up_front(monkeypatch):
     """The loader keeps an element's children in subs[MSCCL_MAX_SUBS = 1024] (msccl_parser.h) without a check:
     129 x dgx-a100 (1,032 GPUs) would overrun <algo>'s; refused before anything is made, 1,024 GPUs are not."""
     topo = hardware.load_topology("dgx-a100", nodes=129)
-    t0 = time.perf_counter()
-    with pytest.raises(LimitError, match="at most 1024 children per element"):
-        pipeline.compile_schedule(topo, Collective("allgather", topo.ngpus), "hier")
-    assert time.perf_counter() - t0 < 5.0
+    with monkeypatch.context() as m:
+        m.setattr(pipeline, "_planned", lambda *a, **k: pytest.fail("a schedule was made"))
+        with pytest.raises(LimitError, match="at most 1024 children per element"):
+            pipeline.compile_schedule(topo, Collective("allgather", topo.ngpus), "hier")
     pipeline.check_limits(topo, Collective("allgather", topo.ngpus), "hier", TARGETS["old"])   # no such limit
     big = hardware.load_topology("dgx-a100", nodes=128)
     pipeline.check_limits(big, Collective("allgather", big.ngpus), "hier", TARGETS["exe"])
@@ -147,8 +147,6 @@ def test_a_method_refuses_more_gpus_than_it_takes_on_before_the_machine_is_built
     connection per pair of GPUs: beyond their measured reach (module constants) they are refused at once, naming
     the reach and what makes files that large (after what the runtime cannot load: 100,000 nodes name that);
     at the reach the method's own synthesize says nothing about size."""
-    import subprocess
-    import sys
     from colls.synth import check_size, milp, trees
     exe = TARGETS["exe"]
     assert most == {"trees": trees.MAX_GPUS_ALLREDUCE if kind == "allreduce" else trees.MAX_GPUS,
@@ -161,18 +159,15 @@ def test_a_method_refuses_more_gpus_than_it_takes_on_before_the_machine_is_built
         check_size(method, Collective(kind, trees.MAX_GPUS), "here", TARGETS["old"])
     out = tmp_path / "x.xml"
     for nodes in (most // 8 + 1, 100_000):
-        t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-c", "from colls.cli import main; main()", "synth", "--hardware",
-                               "dgx-a100", "--nodes", str(nodes), "--method", method, "--collective", kind,
-                               "-o", str(out)] + (["--root", "0"] if kind == "broadcast" else []),
-                              capture_output=True, text=True)
-        assert time.perf_counter() - t0 < 5.0    # the whole process, Python's start included
-        assert proc.returncode == 2, proc.stderr
+        rc, stdout, stderr = shell.run(["synth", "--hardware", "dgx-a100", "--nodes", str(nodes), "--method", method,
+                                        "--collective", kind, "-o", str(out)]
+                                       + (["--root", "0"] if kind == "broadcast" else []))
+        assert rc == 2, stderr
         if nodes < 1000:        # beyond, what the runtime cannot load is named first
-            assert f"{8 * nodes} GPUs is more than this method takes on" in proc.stderr
+            assert f"{8 * nodes} GPUs is more than this method takes on" in stderr
             assert ("--method hier" if kind != "broadcast" and kind != "alltoall" else
-                    "fewer --nodes" if kind == "alltoall" else "--method ring") in proc.stderr
-        assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists() and not proc.stdout
+                    "fewer --nodes" if kind == "alltoall" else "--method ring") in stderr
+        assert len(stderr.strip().splitlines()) == 1 and not out.exists() and not stdout
     topo = hardware.load_topology("dgx-a100", nodes=most // 8 + 1)
     with pytest.raises(CollsError, match="more than this method takes on"):
         pipeline.check_limits(topo, Collective(kind, topo.ngpus), method, TARGETS["exe"])
@@ -184,12 +179,10 @@ def test_rings_whose_segments_no_count_of_channels_holds_are_refused_up_front(ki
     steps): 33 segments of 64 steps, each on a channel of its own, and exe has 32: refused before the machine
     is built at any count of rings (the lowering refused it after 40 s); the allgather (1,023 steps, 17
     segments) is not, nor is anything for the older runtime's 256 steps."""
-    coll = Collective(kind, 1024)
-    t0 = time.perf_counter()
+    coll = Collective(kind, 1024)      # the check takes ranks, not a machine
     with pytest.raises(LimitError, match="33 step segments of at most 64 steps on channels of their own, more "
                                          "than the 32 channels exe has at any count of rings"):
         pipeline.check_rank_limits(coll, "ring", TARGETS["exe"], where="here")
-    assert time.perf_counter() - t0 < 1.0
     with pytest.raises(LimitError, match="32 channels exe has; try"):
         pipeline.check_rank_limits(coll, "ring", TARGETS["exe"], options={"rings": 1}, where="here")
     pipeline.check_rank_limits(Collective("allgather", 1024), "ring", TARGETS["exe"], where="here")
