@@ -14,6 +14,11 @@ plans (``--target mscclpp``) the programs lowered first are candidates that may 
 a case is over when the file chosen starts its proof ("verifying the file"). The table goes to
 ``bench/REFUSALS.md`` (exe) with the machine it ran on, the refusals over 5 s and the cases over a minute listed
 first. A benchmark never fails the build, it records.
+
+``--commands bound,show,derive,simulate,verify,compile`` runs those commands instead of synth on the same
+machines, plus the largest machine colls models (4,096 GPUs: colls.inputs.hardware.MAX_MODEL_GPUS) and the next
+count of nodes, for ``--kinds`` (default allreduce): each must answer, refuse, or (compile) start synthesizing
+within 5 s; the table goes to ``--out`` (``make bench``: bench/REFUSALS-COMMANDS.md).
 """
 
 from __future__ import annotations
@@ -38,6 +43,32 @@ REFUSE_SECONDS = 5.0     # what a refusal may take
 FILE_SECONDS = 60.0      # what a file may take
 VERIFYING = "verifying"  # the pipeline's stage after the lowering: the program fits the target
 CHOSEN = "verifying the file"   # the same for the file written (a plan's candidates are verified in memory first)
+
+
+ERR = "stderr:"           # a stage read from the command's stderr, not the pipeline's progress lines
+
+
+def _machine(profile: str, nodes: int) -> list[str]:
+    return ["--hardware", profile, "--nodes", str(nodes)]
+
+
+def _root(kind: str) -> list[str]:
+    return ["--root", "0"] if kind in ("broadcast", "reduce") else []
+
+
+# --commands: every other command that builds a machine; each gives its arguments and the stage that ends its
+# case early (None: it runs to its answer). compile is over once it starts synthesizing (the sweep times each
+# method's file by itself); verify reads a 1-node ring allgather of the profile written before the sweep
+COMMANDS = {
+    "bound": lambda p, n, kind, tmp, files: (["bound", *_machine(p, n), "--collective", kind, *_root(kind)], None),
+    "show": lambda p, n, kind, tmp, files: (["hardware", "show", p, "--nodes", str(n)], None),
+    "derive": lambda p, n, kind, tmp, files: (["sketch", "derive", *_machine(p, n)], None),
+    "simulate": lambda p, n, kind, tmp, files: (["simulate", *_machine(p, n), "--baseline", "nccl", "--collective",
+                                                 kind, *_root(kind)], None),
+    "verify": lambda p, n, kind, tmp, files: (["verify", files[p], *_machine(p, n)], None),
+    "compile": lambda p, n, kind, tmp, files: (["compile", *_machine(p, n), "--collective", kind, *_root(kind),
+                                                "-o", os.path.join(tmp, "out")], ERR + "synthesizing with"),
+}
 
 
 def node_counts(gpus_per_node: int) -> list[int]:
@@ -73,9 +104,12 @@ def _child(args: list[str], err_path: str, stage_path: str) -> None:
     os._exit(code)
 
 
-def _lowered(stage_path: str, stage: str = VERIFYING) -> bool:
-    """Has the program passed the lowering (the target's limits), so that what follows is its proof?"""
+def _lowered(stage_path: str, stage: str = VERIFYING, err_path: str | None = None) -> bool:
+    """Has the program passed the lowering (the target's limits), so that what follows is its proof? (A stage
+    that starts with ERR: has the command's stderr a line with what follows?)"""
     try:
+        if stage.startswith(ERR):
+            return any(stage[len(ERR):] in line for line in Path(err_path).read_text().splitlines())
         return any(line.startswith(stage) for line in Path(stage_path).read_text().splitlines())
     except OSError:
         return False
@@ -84,16 +118,21 @@ def _lowered(stage_path: str, stage: str = VERIFYING) -> bool:
 class _Case:
     """One command running in a forked process."""
 
-    def __init__(self, profile: str, nodes: int, per: int, method: str, kind: str, target: str = "exe"):
+    def __init__(self, profile: str, nodes: int, per: int, method: str, kind: str, target: str = "exe",
+                 files: dict | None = None):
         self.profile, self.nodes, self.per, self.method, self.kind = profile, nodes, per, method, kind
         self.stage = CHOSEN if target == "mscclpp" else VERIFYING
         self.tmp = tempfile.TemporaryDirectory()
         name = "x.json" if target == "mscclpp" else "x.xml"
         self.out, self.err, self.stages = (os.path.join(self.tmp.name, f) for f in (name, "err", "stages"))
-        args = ["synth", "--hardware", profile, "--nodes", str(nodes), "--method", method, "--collective", kind,
-                "--no-simulate", "-o", self.out, "--target", target] + (
-                    ["--root", "0"] if kind in ("broadcast", "reduce") else [])
-        args += ["--quiet"] if method == "milp" else []
+        if method in COMMANDS:      # another command on the same machine (--commands): method names it
+            args, self.stage = COMMANDS[method](profile, nodes, kind, self.tmp.name, files or {})
+            self.out = None
+        else:
+            args = ["synth", "--hardware", profile, "--nodes", str(nodes), "--method", method, "--collective",
+                    kind, "--no-simulate", "-o", self.out, "--target", target] + (
+                        ["--root", "0"] if kind in ("broadcast", "reduce") else [])
+            args += ["--quiet"] if method == "milp" else []
         self.proc = multiprocessing.get_context("fork").Process(target=_child, args=(args, self.err, self.stages))
         self.t0 = time.perf_counter()
         self.proc.start()
@@ -102,15 +141,17 @@ class _Case:
         """The result once the case is over, else None."""
         seconds = time.perf_counter() - self.t0
         if self.proc.is_alive():
-            if not wait_files and _lowered(self.stages, self.stage):
-                return self._stop({"outcome": "lowered", "seconds": round(seconds, 2), "message": ""})
+            if not wait_files and self.stage is not None and _lowered(self.stages, self.stage, self.err):
+                return self._stop({"outcome": "lowered" if self.out else "working", "seconds": round(seconds, 2),
+                                   "message": ""})
             if seconds < long:
                 return None
             return self._stop({"outcome": f"no answer in {long:.0f} s", "seconds": round(seconds, 1), "message": ""})
         self.proc.join()
         lines = [ln for ln in Path(self.err).read_text(errors="replace").splitlines()
                  if ln.startswith("colls: error")]
-        outcome = {0: "file", 2: "refused"}.get(self.proc.exitcode, f"exit {self.proc.exitcode}")
+        outcome = {0: "file" if self.out else "answer", 2: "refused"}.get(self.proc.exitcode,
+                                                                          f"exit {self.proc.exitcode}")
         if outcome == "file" and not os.path.exists(self.out):
             outcome = "exit 0 without a file"
         return self._stop({"outcome": outcome, "seconds": round(seconds, 2),
@@ -124,11 +165,25 @@ class _Case:
         return result
 
 
+def _files(profiles: list[str], folder: str) -> dict:
+    """A 1-node ring allgather file of each profile, for the verify cases."""
+    from colls import pipeline
+    from colls.collectives import Collective
+    from colls.inputs import hardware
+    out = {}
+    for profile in profiles:
+        topo = hardware.load_topology(profile, nodes=1)
+        out[profile] = os.path.join(folder, f"{profile}.xml")
+        Path(out[profile]).write_text(pipeline.compile_schedule(topo, Collective("allgather", topo.ngpus), "ring",
+                                                                prove=False).text)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profiles", default=",".join(PROFILES))
     ap.add_argument("--methods", default=",".join(METHODS))
-    ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--kinds", default=None, help=f"default: {','.join(KINDS)}")
     ap.add_argument("--nodes", default=None, help="comma list (default: per profile, see the module docstring)")
     ap.add_argument("--long", type=float, default=FILE_SECONDS,
                     help="seconds after which a case is given up (it is then listed among the slow ones either way)")
@@ -137,21 +192,30 @@ def main() -> None:
                          "is lowered within the target's limits, the proof being timed by bench/scale.py)")
     ap.add_argument("--jobs", type=int, default=2, help="cases at once (each is one process)")
     ap.add_argument("--target", default="exe", help="the target every case is made for")
+    ap.add_argument("--commands", default=None,
+                    help=f"instead of synth, these commands on the same machines (of {', '.join(COMMANDS)}; "
+                         "--kinds defaults to allreduce)")
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
     import colls.cli  # noqa: F401  (imported once: every case is forked from here)
     from colls.inputs import hardware
+    from colls.inputs.hardware import MAX_MODEL_GPUS
     from run import machine
     m = machine()
     late, slow = [], []
     counts: dict = {}
     t_all = time.perf_counter()
     todo = []
+    commands = args.commands.split(",") if args.commands else None
+    kinds = args.kinds if args.kinds is not None else ("allreduce" if commands else ",".join(KINDS))
+    files = _files(args.profiles.split(","), tempfile.mkdtemp()) if commands else {}
     for profile in args.profiles.split(","):
         per = hardware.load_topology(profile, nodes=1).ngpus
         nodes_list = [int(x) for x in args.nodes.split(",")] if args.nodes else node_counts(per)
-        todo += [(profile, nodes, per, method, kind, args.target) for nodes in nodes_list
-                 for method in args.methods.split(",") for kind in args.kinds.split(",")]
+        if commands and not args.nodes:
+            nodes_list = sorted(set(nodes_list) | {MAX_MODEL_GPUS // per, MAX_MODEL_GPUS // per + 1})
+        todo += [(profile, nodes, per, method, kind, args.target, files) for nodes in nodes_list
+                 for method in commands or args.methods.split(",") for kind in kinds.split(",")]
     done: dict = {}
     running: list = []
     total = len(todo)
@@ -170,23 +234,27 @@ def main() -> None:
             done[order] = row
             print(row, flush=True)
             counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
-            if r["outcome"] == "refused" and r["seconds"] > REFUSE_SECONDS:
+            if r["outcome"] in ("refused", "answer", "working") and r["seconds"] > REFUSE_SECONDS:
                 late.append(row)
-            elif r["outcome"] != "refused" and (r["outcome"] not in ("file", "lowered")
-                                                or r["seconds"] > FILE_SECONDS):
+            elif r["outcome"] not in ("refused", "answer", "working") and (
+                    r["outcome"] not in ("file", "lowered") or r["seconds"] > FILE_SECONDS):
                 slow.append(row)
     rows = [done[k] for k in sorted(done)]
     refused = [float(r.split("|")[5]) for r in rows if r.split("|")[6].strip() == "refused"]
-    header = "| machine | GPUs | method | collective | seconds | outcome | message |\n|---|---|---|---|---|---|---|"
+    header = (f"| machine | GPUs | {'command' if commands else 'method'} | collective | seconds | outcome | message |"
+              "\n|---|---|---|---|---|---|---|")
+    what = (f"`colls {' / '.join(commands)}` on each machine (compile until it starts synthesizing: outcome "
+            "'working'; an exit 0 is 'answer')" if commands else "`colls synth ... --no-simulate`")
     lines = [
-        "# Answers at any size", "",
-        f"`make bench` (bench/refusals.py): `colls synth ... --no-simulate` per case, forked from a process that has "
+        "# Answers at any size" + (": every command" if commands else ""), "",
+        f"`make bench` (bench/refusals.py): {what} per case, forked from a process that has "
         f"imported colls (Python's start, about 0.6 s, not counted), {args.jobs} at once, target {args.target}, on {m['cpu']} ({m['cores']} "
         f"cores), Python {m['python']}; " + ", ".join(f"{k} {v}" for k, v in sorted(m["versions"].items()) if v)
         + f"; {m['date']}; reference loop (bench/run.py) {m['reference_loop_s']} s; {len(rows)} cases in {(time.perf_counter() - t_all) / 60:.0f} minutes.", "",
         "Outcomes: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ". "
         + (f"Slowest refusal: {max(refused):.2f} s." if refused else ""), "",
-        f"## Refused after more than {REFUSE_SECONDS:.0f} s: {len(late)}", ""] + ([header] + late if late else []) + [
+        (f"## Over {REFUSE_SECONDS:.0f} s to refuse, answer or start working: {len(late)}" if commands else
+         f"## Refused after more than {REFUSE_SECONDS:.0f} s: {len(late)}"), ""] + ([header] + late if late else []) + [
         "", f"## No answer, or a file after more than {FILE_SECONDS:.0f} s: {len(slow)}", ""] + (
         [header] + slow if slow else []) + ["", "## Every case", "", header] + rows
     Path(args.out).write_text("\n".join(lines) + "\n")
