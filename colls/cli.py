@@ -127,6 +127,12 @@ def without_option(f):
                         "K links, default 1). gpu:RANK is refused (a different job).")(f)
 
 
+def _progress_on_a_terminal():
+    """Stage lines on stderr from a second into the work, when stderr is a terminal (scripts get none)."""
+    from colls.pipeline import _Progress
+    return _Progress((lambda line: click.echo(f"colls: {line}", err=True)) if sys.stderr.isatty() else None)
+
+
 def _load(hardware: str, nodes: int, option: str = "--hardware", precheck=None):
     """The topology, without the parts ``--without`` names (where the command has that option)."""
     topo = _load_machine(hardware, nodes, option, precheck)
@@ -746,7 +752,8 @@ def simulate_cmd(paths, hardware, nodes, sizes, inplace, launch, target, baselin
         _check_root(root, topo)
     out = cli_run.run(texts, topo, size_list, inplace=inplace, target=target, baseline=baseline, launch=launch,
                       collective=collective, root=root, plot_path=plot_path, timeline_path=timeline_path,
-                      timeline_size=shown, warn=lambda line: click.echo(f"colls: warning: {line}", err=True))
+                      timeline_size=shown, warn=lambda line: click.echo(f"colls: warning: {line}", err=True),
+                      progress=_progress_on_a_terminal())
     if as_json:
         _echo_json(out.data)
     else:

@@ -117,3 +117,14 @@ def test_an_unknown_launch_mode_is_one_line_exit_2():
                        "--sizes", "1KB", "--launch", "cudagraph")
     assert_bad_input(rc, out, err)
     assert "--launch" in err
+
+
+def test_progress_names_each_size_before_it_is_timed():
+    """A long simulation says what it is timing (the command line shows it on a terminal from a second in)."""
+    from colls.inputs import hardware
+    from colls.simulate import cli_run
+    heard = []
+    cli_run.run([], hardware.load_topology("dgx-a100"), [1 << 10, 1 << 20], baseline="nccl",
+                collective="allgather", progress=heard.append)
+    assert len(heard) == 2 and heard[0].endswith("at 1KB (1 of 2 sizes)") and "1MB (2 of 2" in heard[1]
+    assert heard[0].startswith("timing NCCL")

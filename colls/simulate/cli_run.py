@@ -37,7 +37,9 @@ class _Entry:
 
 def run(texts, topo, sizes, *, inplace=False, target="exe", baseline=None, collective=None, root=None,
         plot_path=None, timeline_path=None, timeline_size=None, launch: str = DEFAULT_LAUNCH,
-        warn: Callable[[str], None] = lambda line: None) -> Output:
+        warn: Callable[[str], None] = lambda line: None,
+        progress: Callable[[str], None] = lambda line: None) -> Output:
+    """Time each file (and the baseline) at each size; ``progress`` hears which one and size is timed next."""
     entries = [_read(path, text, topo, target, warn) for path, text in texts]
     kinds = {e.kind for e in entries}
     if collective is not None and kinds and kinds != {collective}:
@@ -65,11 +67,12 @@ def run(texts, topo, sizes, *, inplace=False, target="exe", baseline=None, colle
     timeline = None
     for e in entries:
         b = bound_by_kind[(e.kind, e.root)]
-        if e.baseline is not None:
-            e.timings = [e.baseline.time(s, b) for s in sizes]
-        else:
-            e.timings = [simulate(e.program, topo, e.kind, s, inplace=inplace, bound=b, machine=e.machine,
-                                  target=target, launch=launch)[0] for s in sizes]
+        e.timings = []
+        for i, s in enumerate(sizes):
+            progress(f"timing {e.label} at {size_text(s)} ({i + 1} of {len(sizes)} sizes)")
+            e.timings.append(e.baseline.time(s, b) if e.baseline is not None else
+                             simulate(e.program, topo, e.kind, s, inplace=inplace, bound=b, machine=e.machine,
+                                      target=target, launch=launch)[0])
         if timeline_path:
             timeline = _timeline(e, topo, timeline_size, inplace, target, b, timeline_path, launch)
     if plot_path:
