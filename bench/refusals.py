@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -82,7 +83,9 @@ def node_counts(gpus_per_node: int) -> list[int]:
 
 def _child(args: list[str], err_path: str, stage_path: str) -> None:
     """One `colls` command in this forked process: stderr to ``err_path``, stdout discarded, and each stage the
-    pipeline enters (its progress lines, all of them) appended to ``stage_path`` as it starts."""
+    pipeline enters (its progress lines, all of them) appended to ``stage_path`` as it starts. The process leads
+    a group of its own, so that stopping the case stops the processes it started too (compile's workers)."""
+    os.setpgrp()
     fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(fd, 2)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
@@ -148,18 +151,21 @@ class _Case:
                 return None
             return self._stop({"outcome": f"no answer in {long:.0f} s", "seconds": round(seconds, 1), "message": ""})
         self.proc.join()
-        lines = [ln for ln in Path(self.err).read_text(errors="replace").splitlines()
-                 if ln.startswith("colls: error")]
+        text = Path(self.err).read_text(errors="replace").splitlines()
+        lines = [ln[len("colls: error: "):] for ln in text if ln.startswith("colls: error: ")]
         outcome = {0: "file" if self.out else "answer", 2: "refused"}.get(self.proc.exitcode,
                                                                           f"exit {self.proc.exitcode}")
         if outcome == "file" and not os.path.exists(self.out):
             outcome = "exit 0 without a file"
-        return self._stop({"outcome": outcome, "seconds": round(seconds, 2),
-                           "message": lines[-1][len("colls: error: "):] if lines else ""})
+        if self.proc.exitcode not in (0, 2):        # whatever it said last (an internal error, a signal)
+            lines = lines or text[-1:]
+        return self._stop({"outcome": outcome, "seconds": round(seconds, 2), "message": lines[-1] if lines else ""})
 
     def _stop(self, result: dict) -> dict:
-        if self.proc.is_alive():
-            self.proc.kill()
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)     # the case and whatever it started, if any is left
+        except (ProcessLookupError, PermissionError):
+            pass
         self.proc.join()
         self.tmp.cleanup()
         return result
