@@ -98,6 +98,7 @@ FILES = {
     "empty.yaml": "",
     "binary.yaml": b"\x00\xff\xfe\x00binary",
     "x.xml": "<algo/>\n",
+    "topo-dump.xml": '<?xml version="1.0"?>\n<system version="1">\n  <cpu numaid="0"/>\n</system>\n',
     "ag2.xml": AG2,
     # communication sketches for the tiny machine (2 GPUs, one node), each wrong in one key
     'sk1.json': '{"nnodes": 2, "intranode_sketch": {"strategy": "none"}, "hyperparameters": {"input_chunkup": 1}}\n',
@@ -260,6 +261,10 @@ CASES = [
     # simulate
     (["simulate", "--hardware", "@tiny.yaml"], "FILE"),
     (SIM + ["--sizes", "1XB"], "--sizes"),
+    (SIM + ["--sizes", "1KB,,2KB"], "an empty item"),
+    (SIM + ["--sizes", "1KB,2KB,"], "an empty item"),
+    (["bound", "--hardware", "@topo-dump.xml", "--collective", "allgather"], "colls hardware import"),
+    (["hardware", "show", "@x.xml"], "an MSCCL algorithm file, not a hardware profile"),
     (SIM + ["--sizes", "4KB:1KB"], "--sizes"),
     (SIM + ["--sizes", "1KB:8TB"], "--sizes"),
     (SIM + ["--sizes", ",".join(str(4 * i) for i in range(1, 70))], "--sizes"),   # more than a sweep takes

@@ -152,6 +152,7 @@ def load_topology(spec: str, nodes: int = 1, precheck=None) -> Topology:
         raise CollsError(f"--nodes must be >= 1 (got {excerpt(nodes)})", source=source)
     if nodes > MAX_NODES:
         raise CollsError(f"--nodes must be at most {MAX_NODES} (got {excerpt(nodes)})", source=source)
+    _refuse_xml(source, text)
     data = _read_yaml(source, text)
     check = _Checker(source)
     if "graph" in data:
@@ -329,6 +330,27 @@ def load_yaml(text: str):
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
     return yaml.load(text, Loader=_Loader)
+
+
+# the first element of an XML text, after a declaration, comments and a doctype
+_XML_ROOT = re.compile(r"\A\ufeff?\s*(?:<\?.*?\?>\s*|<!--.*?-->\s*|<!DOCTYPE[^>]*>\s*)*<\s*([A-Za-z_][\w.:-]*)", re.S)
+
+
+def _refuse_xml(source: str, text: str) -> None:
+    """A profile is YAML, which never starts with a tag: an XML file given as one says what it is and what
+    reads it (an NCCL topology dump is made into a profile by `colls hardware import`)."""
+    m = _XML_ROOT.match(text[:100_000])
+    if m is None and not text.lstrip("\ufeff \t\r\n").startswith("<"):
+        return
+    tag = m.group(1) if m else None
+    if tag == "system":
+        why = ("an NCCL (or RCCL) topology dump, not a hardware profile: `colls hardware import FILE -o node.yaml` "
+               "makes a node profile of it")
+    elif tag == "algo":
+        why = "an MSCCL algorithm file, not a hardware profile (`colls verify` and `colls simulate` read those)"
+    else:
+        why = f"XML{f' (<{printable(tag, 40)}>)' if tag else ''}, not a hardware profile (YAML)"
+    raise CollsError(why, source=source)
 
 
 def _read_yaml(source: str, text: str) -> dict:
