@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from colls.errors import CollsError
+from colls.errors import CollsError, excerpt
 
 MAX_SIZE = 1 << 40                                               # 1 TiB per call: beyond any GPU memory
 MAX_SIZES = 64                                                   # sizes in one sweep
@@ -57,7 +57,10 @@ def parse_sizes(text: str, key: str = "--sizes") -> list[int]:
             sizes.append(s)
             s *= factor
     else:
-        sizes = [_one_size(part, key) for part in text.split(",") if part.strip()]
+        parts = text.split(",")
+        if len(parts) > 1 and not all(part.strip() for part in parts):
+            raise CollsError(f"{excerpt(text)}: an empty item in the comma list", key=key)
+        sizes = [_one_size(part, key) for part in parts if part.strip()]
         if not sizes:
             raise CollsError("no sizes given", key=key)
     sizes = sorted(set(sizes))
