@@ -416,7 +416,6 @@ def test_every_rule_has_an_effect_or_is_a_warning():
 def test_verify_command_reads_plans(tmp_path):
     """``colls verify`` on a plan: exit 0 when proved, 1 when invalid (with the rule), 2 with one line when the
     file is not a plan at all."""
-
     def run(*args):
         return shell.run(args, timeout=600)
 
