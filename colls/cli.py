@@ -595,7 +595,7 @@ def sketch_check(path, hardware, nodes):
 @click.argument("path", metavar="FILE")
 @click.option("--target", type=Choice(sorted(TARGETS)), default="exe", show_default=True)
 @click.option("--hardware", default=None, metavar="NAME|PATH",
-              help="Check threadblocks per GPU against this machine's SM count.")
+              help="Check threadblocks per GPU against this machine's SM count, and ngpus against its GPUs.")
 @click.option("--nodes", type=Whole(1, MAX_NODES), default=1, show_default=True)
 @click.option("--sms", type=Whole(1, MAX_SMS), default=None, help="SMs per GPU (instead of --hardware).")
 @click.option("--buffsize", type=Whole(NCCL_STEPS_BYTES, INT64_MAX), default=None, metavar="BYTES",
@@ -617,10 +617,11 @@ def verify_cmd(path, target, hardware, nodes, sms, buffsize, as_json):
         kind = plan.get("collective") if isinstance(plan, dict) else None
         report = verify_plan(plan, kind if isinstance(kind, str) else "unknown", path)
     else:
+        ranks = None
         if hardware is not None:
             topo = _load(hardware, nodes)
-            sms = topo.min_sms() if sms is None else sms
-        report = verify.verify_text(text, path, get_target(target), sms=sms, buffsize=buffsize)
+            sms, ranks = topo.min_sms() if sms is None else sms, topo.ngpus
+        report = verify.verify_text(text, path, get_target(target), sms=sms, buffsize=buffsize, ranks=ranks)
     if as_json:
         _echo_json(report.to_dict())
     else:

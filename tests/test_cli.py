@@ -132,7 +132,8 @@ def test_verify_invalid_file_exits_1(tmp_path):
 
 def test_verify_every_invalid_file_exits_1_even_a_value_that_is_not_a_number(tmp_path):
     """ngpus="four" is an invalid file like any other (exit 1, the finding and what the loader reads), not
-    unreadable input; a minBytes beyond any call loads, is never used, and says so (a warning, exit 0)."""
+    unreadable input; a minBytes beyond any call loads, is never used, and says so (a warning, exit 0), as does
+    a file checked against a machine of another GPU count."""
     out = tmp_path / "ag.xml"
     rc, _, err = run("synth", "--hardware", "dgx-a100", "--collective", "allgather", "-o", str(out))
     assert rc == 0, err
@@ -147,6 +148,12 @@ def test_verify_every_invalid_file_exits_1_even_a_value_that_is_not_a_number(tmp
     rc, stdout, err = run("verify", str(big))
     assert rc == 0, stdout + err
     assert "warning [bytes-unreachable]: minBytes=9223372036854775807" in stdout and "never used" in stdout
+    # a file of 8 GPUs checked against a machine of 16: valid, and never used there (a warning, exit 0)
+    rc, stdout, err = run("verify", str(out), "--hardware", "dgx-a100", "--nodes", "2")
+    assert rc == 0 and "VALID" in stdout, stdout + err
+    assert "warning [machine-ranks]: ngpus=8 but the machine has 16 GPUs" in stdout
+    rc, stdout, err = run("verify", str(out), "--hardware", "dgx-a100")
+    assert rc == 0 and "machine-ranks" not in stdout, stdout + err
 
 
 def test_hardware_list_and_show():

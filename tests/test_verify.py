@@ -709,6 +709,7 @@ def test_every_rule_is_exercised():
                     "format-comment", "unknown-element", "attr-unknown"}     # tests/test_msccl.py
     exercised.add("root-assumed")                        # test_root_of_a_broadcast_is_inferred
     exercised.add("bytes-unreachable")                   # tests/test_cli.py, a minBytes beyond any call
+    exercised.add("machine-ranks")                       # tests/test_cli.py, a file of 8 GPUs on 16
     assert set(RULES) - exercised - parser_rules == set()
 
 

@@ -52,7 +52,8 @@ _SEM_BLOCKERS = _SIM_BLOCKERS | {"step-buffer", "step-offset", "step-bounds"}
 
 
 def verify(program: Program, target: Target | str, *, sms: int | None = None, buffsize: int | None = None,
-           findings: list[Finding] | tuple = (), source: str = "<program>", prove: bool = True) -> Report:
+           findings: list[Finding] | tuple = (), source: str = "<program>", prove: bool = True,
+           ranks: int | None = None) -> Report:
     """Check ``program`` against every rule and limit of ``target`` and prove (or refute) it correct.
 
     Parameters
@@ -65,6 +66,8 @@ def verify(program: Program, target: Target | str, *, sms: int | None = None, bu
     findings: findings already made (the parser's format findings); they lead the report.
     prove: False stops after the structure, the limits, the communication and deadlock freedom (for programs
         that are only simulated, never written: ``facts["semantics_checked"]`` stays false).
+    ranks: the GPUs of the machine the file is meant for; when given, a file of another ngpus is warned about
+        (its communicator never uses it).
 
     Returns
     -------
@@ -72,7 +75,7 @@ def verify(program: Program, target: Target | str, *, sms: int | None = None, bu
     """
     if isinstance(target, str):
         target = get_target(target)
-    cx = Context(program, target, sms, buffsize)
+    cx = Context(program, target, sms, buffsize, ranks)
     with paused_gc():
         _run(cx, prove)
     everything = [_with_effect(f) for f in findings] + cx.findings
@@ -81,10 +84,10 @@ def verify(program: Program, target: Target | str, *, sms: int | None = None, bu
 
 
 def verify_text(text: str, source: str, target: Target | str, *, sms: int | None = None,
-                buffsize: int | None = None) -> Report:
+                buffsize: int | None = None, ranks: int | None = None) -> Report:
     """Parse MSCCL XML text (any generator's) and verify it. Raises CollsError when it is not MSCCL XML."""
     program, found = parse(text, source)
-    return verify(program, target, sms=sms, buffsize=buffsize, findings=found, source=source)
+    return verify(program, target, sms=sms, buffsize=buffsize, findings=found, source=source, ranks=ranks)
 
 
 def _with_effect(f: Finding) -> Finding:

@@ -22,10 +22,12 @@ BUFFER_NAMES = {"i": "input", "o": "output", "s": "scratch"}
 
 
 class Context:
-    def __init__(self, program: Program, target: Target, sms: int | None, buffsize: int | None = None):
+    def __init__(self, program: Program, target: Target, sms: int | None, buffsize: int | None = None,
+                 ranks: int | None = None):
         self.p = program
         self.t = target
         self.sms = sms
+        self.ranks = ranks                    # the machine's GPUs, where the caller names a machine
         self.buffsize = buffsize              # the protocol's connection buffer, where not NCCL's default
         self.findings: list[Finding] = []
         self.facts: dict = {}

@@ -66,6 +66,8 @@ RULES: dict[str, Rule] = {r_id: Rule(*spec) for r_id, spec in {
     "never-selected": (ALGO, UNUSED, "neither inplace nor outofplace is 1"),
     "bytes-range": (ALGO, UNUSED, "minBytes > maxBytes (maxBytes != 0): no size selects the file"),
     "bytes-unreachable": (ALGO, None, "minBytes above any buffer a GPU holds: the file loads, no call selects it"),
+    "machine-ranks": (ALGO, None, "ngpus is not the machine's GPU count (--hardware): its communicator never uses "
+                                  "the file"),
     "chunks-per-loop": (ALGO, UB, "nchunksperloop < 1: the runtime divides by it"),
     "chunks-mismatch": (ALGO, None, "nchunksperloop does not fit the collective's shape: the result is not checked"),
     "root-fixed": (ALGO, None, "a broadcast/reduce file is right for one root only; the runtime never checks the root"),
