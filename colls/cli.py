@@ -127,10 +127,15 @@ def without_option(f):
                         "K links, default 1). gpu:RANK is refused (a different job).")(f)
 
 
+def _terminal_lines():
+    """A callback that prints ``colls: LINE`` on stderr when stderr is a terminal; None for scripts."""
+    return (lambda line: click.echo(f"colls: {line}", err=True)) if sys.stderr.isatty() else None
+
+
 def _progress_on_a_terminal():
     """Stage lines on stderr from a second into the work, when stderr is a terminal (scripts get none)."""
     from colls.pipeline import _Progress
-    return _Progress((lambda line: click.echo(f"colls: {line}", err=True)) if sys.stderr.isatty() else None)
+    return _Progress(_terminal_lines())
 
 
 def _load(hardware: str, nodes: int, option: str = "--hardware", precheck=None):
@@ -362,14 +367,15 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
                        f"--hardware {hardware} --nodes {nodes} -o FILE` saves it to edit):", err=True)
             for line in sketch_text(derive_sketch(topo)).splitlines():
                 click.echo(f"colls:   {line}", err=True)
-        if not quiet and sys.stderr.isatty():
-            options["progress"] = lambda line: click.echo(f"colls: {line}", err=True)
+        echo = _terminal_lines()
+        if not quiet and echo is not None:
+            options["progress"] = echo
     coll = Collective(collective, topo.ngpus, chunks=chunks or 1, root=root)
     from colls import tune
     make = tune.compile_for_plans if plan_target else tune.compile_fastest
     result = make(topo, coll, method, target=target, instances=instances, tune_depth=chunks is None, proto=proto,
                   min_bytes=min_bytes, max_bytes=max_bytes, mode=mode, options=options,
-                  progress=(lambda line: click.echo(f"colls: {line}", err=True)) if sys.stderr.isatty() else None)
+                  progress=_terminal_lines())
     result.facts["without"] = list(topo.meta.get("without", []))
     if plan_target:
         _write_plan(result, topo, output, mode, simulate, as_json)
