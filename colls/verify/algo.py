@@ -46,6 +46,11 @@ def check(cx: Context) -> None:
     if p.ngpus is not None and p.ngpus != len(p.gpus):
         cx.add("ngpus-mismatch", f"ngpus={p.ngpus} but the file has {len(p.gpus)} <gpu> elements: a rank "
                "without its own element runs no thread blocks while its peers wait for it")
+    # the runtime keeps a file for a communicator only when the file's ranks are its ranks
+    # (msccl_lifecycle.cc, mscclSchedulerInit: "if (status.algoMetas.back().nRanks == comm->nRanks)")
+    if cx.ranks is not None and isinstance(p.ngpus, int) and p.ngpus != cx.ranks:
+        cx.add("machine-ranks", f"ngpus={p.ngpus} but the machine has {cx.ranks} GPUs: the runtime uses a file "
+               "only for communicators of exactly ngpus ranks, so not on this machine")
     if p.nchunksperloop is not None and p.nchunksperloop < 1:
         cx.add("chunks-per-loop", f"nchunksperloop={p.nchunksperloop}: a call that selects this file divides "
                "its count by it (count % nchunksperloop in the executor's selection, count / nchunksperloop "
@@ -62,11 +67,6 @@ MAX_CALL_BYTES = 1 << 40
 
 def _check_sizes(cx: Context) -> None:
     p, t = cx.p, cx.t
-    # the runtime keeps a file for a communicator only when the file's ranks are its ranks
-    # (msccl_lifecycle.cc, mscclSchedulerInit: "if (status.algoMetas.back().nRanks == comm->nRanks)")
-    if cx.ranks is not None and isinstance(p.ngpus, int) and p.ngpus != cx.ranks:
-        cx.add("machine-ranks", f"ngpus={p.ngpus} but the machine has {cx.ranks} GPUs: the runtime uses a file "
-               "only for communicators of exactly ngpus ranks, so not on this machine")
     lo, hi = p.min_bytes, p.max_bytes
     if lo is not None and lo > MAX_CALL_BYTES:
         shown = min(lo, 2**63 - 1)      # the loader's strtoll stops at INT64_MAX
