@@ -214,7 +214,8 @@ def main() -> None:
     todo = []
     commands = args.commands.split(",") if args.commands else None
     kinds = args.kinds if args.kinds is not None else ("allreduce" if commands else ",".join(KINDS))
-    files = _files(args.profiles.split(","), tempfile.mkdtemp()) if commands else {}
+    folder = tempfile.TemporaryDirectory()      # the verify cases' files, removed when the sweep ends
+    files = _files(args.profiles.split(","), folder.name) if commands else {}
     for profile in args.profiles.split(","):
         per = hardware.load_topology(profile, nodes=1).ngpus
         nodes_list = [int(x) for x in args.nodes.split(",")] if args.nodes else node_counts(per)
