@@ -23,7 +23,7 @@ import click
 
 from colls import __version__
 from colls.collectives import KINDS, Collective
-from colls.errors import CollsError, excerpt, printable
+from colls.errors import CollsError, LimitError, excerpt, printable
 from colls.program import PROTOCOLS
 from colls.runtimes import TARGETS, get_target
 
@@ -136,6 +136,20 @@ def _progress_on_a_terminal():
     """Stage lines on stderr from a second into the work, when stderr is a terminal (scripts get none)."""
     from colls.pipeline import _Progress
     return _Progress(_terminal_lines())
+
+
+def _binding_option(check, chunks: int | None, instances: int | None, nodes: int) -> str:
+    """The option a refusal of ``check(chunk factor, copies)`` names: --chunks or --instances when the
+    request passes with that one back at 1, else --nodes on several nodes, else --method (one node of this
+    machine holds no such file whatever the options)."""
+    for key, trial in (("--chunks", (1, instances or 1)), ("--instances", (chunks or 1, 1))):
+        if trial != (chunks or 1, instances or 1):
+            try:
+                check(*trial)
+            except CollsError:
+                continue
+            return key
+    return "--nodes" if nodes > 1 else "--method"
 
 
 def _load(hardware: str, nodes: int, option: str = "--hardware", precheck=None):
@@ -348,11 +362,16 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
     def precheck(ngpus: int) -> None:    # what the runtime cannot load is refused before the machine is built
         if ngpus < 2:
             return
+
+        where = f"{nodes} node{'s' if nodes != 1 else ''} of {excerpt(hardware)}"
+
+        def check(chunk_factor: int, copies: int) -> None:
+            pipeline.check_rank_limits(Collective(collective, ngpus, chunks=chunk_factor), method, get_target(target),
+                                       copies, options, where=where, nodes=nodes)
         try:
-            pipeline.check_rank_limits(Collective(collective, ngpus, chunks=chunks or 1), method, get_target(target),
-                                       instances or 1, options, where=f"{nodes} nodes of {excerpt(hardware)}")
+            check(chunks or 1, instances or 1)
         except CollsError as e:
-            raise type(e)(e.reason, key="--nodes") from None
+            raise type(e)(e.reason, key=_binding_option(check, chunks, instances, nodes)) from None
 
     topo = _load(hardware, nodes, precheck=precheck)
     root = root or 0
@@ -373,9 +392,16 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
     coll = Collective(collective, topo.ngpus, chunks=chunks or 1, root=root)
     from colls import tune
     make = tune.compile_for_plans if plan_target else tune.compile_fastest
-    result = make(topo, coll, method, target=target, instances=instances, tune_depth=chunks is None, proto=proto,
-                  min_bytes=min_bytes, max_bytes=max_bytes, mode=mode, options=options,
-                  progress=_terminal_lines())
+    try:
+        result = make(topo, coll, method, target=target, instances=instances, tune_depth=chunks is None, proto=proto,
+                      min_bytes=min_bytes, max_bytes=max_bytes, mode=mode, options=options,
+                      progress=_terminal_lines())
+    except LimitError as e:
+        if e.key is not None:
+            raise
+        # the file's threadblocks, channels and steps grow with the copies and the chunk factor asked for
+        key = "--instances" if (instances or 1) > 1 else "--chunks" if (chunks or 1) > 1 else "--method"
+        raise LimitError(e.reason, key=key) from None
     result.facts["without"] = list(topo.meta.get("without", []))
     if plan_target:
         _write_plan(result, topo, output, mode, simulate, as_json)

@@ -221,24 +221,27 @@ def least_instructions(collective: Collective, method: str, instances: int = 1,
     return least
 
 
-def _hint(collective: Collective, tgt: Target, instances: int, steps: int, sms: int | None) -> str:
-    """What to try when a program is too big for ``tgt``."""
+def _hint(collective: Collective, tgt: Target, instances: int, steps: int, sms: int | None,
+          nodes: int | None = None) -> str:
+    """What to try when a program is too big for ``tgt`` (``nodes``: the machine's, when known; one node
+    has no fewer to try)."""
     old = get_target("old")
     tries = ["fewer --chunks"] if collective.chunks > 1 else []
     tries += ["fewer --instances"] if instances > 1 else []
-    tries += ["fewer --nodes"]
+    tries += ["fewer --nodes"] if nodes != 1 else []
     # a plan's proof budget (tbs_why) binds whatever XML target: no other one to suggest
     if tgt.name != "old" and not tgt.tbs_why and steps <= old.max_steps * min(old.max_tbs, sms or old.max_tbs):
         tries.append("--target old")  # no element limit there, 256 steps per threadblock
-    return " or ".join(tries)
+    return " or ".join(tries or ["another --method"])
 
 
 def check_rank_limits(collective: Collective, method: str, tgt: Target, instances: int = 1,
                       options: dict | None = None, where: str | None = None, sms: int | None = None,
-                      least: int = 0) -> int:
+                      least: int = 0, nodes: int | None = None) -> int:
     """The limits that depend only on the number of ranks (offsets, XML elements per rank, ``<gpu>``
     elements under ``<algo>``), checked before the machine is even built; returns the least number of steps a rank needs (``least``: a bound
-    the method knows from the machine, when larger)."""
+    the method knows from the machine, when larger). ``nodes``: the machine's, when known (what to try
+    says fewer nodes only where there are several)."""
     n = collective.nranks
     where = where or f"{n} ranks"
     steps = max(least, least_instructions(collective, method, instances, (options or {}).get("rings")))
@@ -255,7 +258,7 @@ def check_rank_limits(collective: Collective, method: str, tgt: Target, instance
                 f"{method} {collective.kind} on {where}: each rank's loader would parse at least "
                 f"{elements} XML elements (1 algo + {n} gpu elements + at least {max(1, tbs)} "
                 f"threadblocks and {steps} steps of its own); {tgt.name} stops at {tgt.max_elements} "
-                f"(MSCCL_MAX_NODES); try {_hint(collective, tgt, instances, steps, sms)}")
+                f"(MSCCL_MAX_NODES); try {_hint(collective, tgt, instances, steps, sms, nodes)}")
     if tgt.max_children is not None and n > tgt.max_children:
         # msccl_parser.h: struct mscclXmlNode holds subs[MSCCL_MAX_SUBS], MSCCL_MAX_SUBS = 1024, and the
         # parser adds children without a check: an <algo> of more <gpu> elements overruns it
@@ -267,10 +270,10 @@ def check_rank_limits(collective: Collective, method: str, tgt: Target, instance
         raise LimitError(f"{method} {collective.kind} on {where}: a rank needs at least {steps} steps, more "
                          f"than {tgt.max_tbs} threadblocks of {tgt.max_steps} steps hold "
                          f"({tgt.name}{', ' + tgt.tbs_why if tgt.tbs_why else ''}); try "
-                         f"{_hint(collective, tgt, instances, steps, sms)}")
+                         f"{_hint(collective, tgt, instances, steps, sms, nodes)}")
     if method == "ring" and collective.kind != "alltoall" and n > 1:
         _check_ring_channels(collective, tgt, (options or {}).get("rings"), where,
-                             _hint(collective, tgt, instances, steps, sms))
+                             _hint(collective, tgt, instances, steps, sms, nodes))
     synth.check_size(method, collective, where, tgt)    # within what the runtime loads, the method's own reach
     return steps
 
@@ -311,8 +314,8 @@ def check_limits(topology: Topology, collective: Collective, method: str, tgt: T
         from colls.synth import hier
         least = hier.least_steps(topology, collective, instances)
     steps = check_rank_limits(collective, method, tgt, instances, options, topology.name, topology.min_sms(),
-                              least)
-    hint = _hint(collective, tgt, instances, steps, topology.min_sms())
+                              least, topology.nodes)
+    hint = _hint(collective, tgt, instances, steps, topology.min_sms(), topology.nodes)
     limit_tbs = min(tgt.max_tbs, topology.min_sms())
     peers = 0
     if method == "direct":  # every pair, or the method refuses

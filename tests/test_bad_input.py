@@ -391,6 +391,24 @@ def test_cases_cover_every_command():
     assert len(CASES) >= 45
 
 
+RING = ["synth", "--hardware", "dgx-a100", "--collective", "allgather", "--method", "ring", "-o", "x.xml"]
+DIRECT = ["synth", "--hardware", "dgx-a100", "--nodes", "2", "--collective", "allgather", "--method", "direct",
+          "-o", "x.xml"]
+
+
+@pytest.mark.parametrize("args, key, present, absent", [
+    (RING + ["--chunks", "1024"], "--chunks", "1 node of", "fewer --nodes"),     # one node: none fewer to try
+    (RING + ["--chunks", "1024", "--nodes", "2"], "--chunks", "fewer --nodes", None),
+    (RING + ["--nodes", "512"], "--nodes", "fewer --nodes", "fewer --chunks"),
+    (DIRECT + ["--instances", "64"], "--instances", "fewer --instances", None),  # refused once laid out
+], ids=["chunks-one-node", "chunks-two-nodes", "nodes", "instances"])
+def test_a_limit_names_the_option_that_binds(tmp_path, args, key, present, absent):
+    assert_one_line_error(tmp_path, args, key)
+    _, _, err = run(args, tmp_path)
+    assert err.startswith(f"colls: error: {key}: ") and present in err, err
+    assert absent is None or absent not in err, err
+
+
 def test_node_limit_is_the_same_in_the_cli_and_the_loader():
     assert cli.MAX_NODES == hardware.MAX_NODES
 
