@@ -645,6 +645,12 @@ def verify_cmd(path, target, hardware, nodes, sms, buffsize, as_json):
     text = files.read_text(path, files.MAX_XML_BYTES, option="FILE")
     if mscclpp.is_plan_text(text):               # an MSCCL++ JSON plan: its collective is in the plan
         from colls.verify.plan import verify_plan
+        # the XML runtimes' options would be silently ignored: the plan's checks are MSCCL++'s own
+        given = [f"--{name}" for name in ("target", "hardware", "nodes", "sms", "buffsize")
+                 if click.get_current_context().get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
+        if given:
+            raise CollsError("applies to MSCCL XML files, not to an MSCCL++ execution plan (checked against "
+                             "MSCCL++'s loader and kernel alone)", source=path, key=given[0])
         plan = mscclpp.load(text, path, shape=False)     # a JSON plan of the wrong shape is an invalid file
         kind = plan.get("collective") if isinstance(plan, dict) else None
         report = verify_plan(plan, kind if isinstance(kind, str) else "unknown", path)

@@ -434,6 +434,10 @@ def test_verify_command_reads_plans(tmp_path):
     broken.write_text("{")
     rc, out, err = run("verify", str(broken))
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "broken.json" in err and "Traceback" not in err
+    # the XML runtimes' options are refused with a plan, not ignored
+    for option in (["--target", "old"], ["--hardware", "dgx-a100"], ["--sms", "20"], ["--buffsize", "65536"]):
+        rc, out, err = run("verify", str(good), *option)
+        assert rc == 2 and out == "" and err.startswith(f"colls: error: {good}: {option[0]}: "), (option, out, err)
 
 
 def test_only_the_threadblocks_over_64_ops_are_cut():
