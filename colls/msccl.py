@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from lxml import etree
 
-from colls.errors import CollsError
+from colls.errors import CollsError, printable
 from colls.program import Gpu, Program, Step, Threadblock
 
 # The loader's limits on the text itself (msccl_parser.h).
@@ -208,6 +208,20 @@ _INT_LITERAL = re.compile(r"\s*[+-]?(0[xX][0-9a-fA-F]+|[0-9]+)")
 _PLAIN_DECIMAL = re.compile(r"0|-?[1-9][0-9]*")
 
 
+INT_MAX = 2**31 - 1
+# attributes the loader reads with strtoll into an int64_t (mscclXmlGetAttrInt64); every other one with
+# strtol into an int (mscclXmlGetAttrInt: ``*value = strtol(str, NULL, 0)``), msccl_parser.cc / rccl's
+# msccl_parser.cc
+_INT64_ATTRS = frozenset({"minBytes", "maxBytes"})
+
+
+def as_int(value: int) -> int:
+    """What an int holds after ``*value = strtol(...)``: strtol saturates at the 64-bit long's range, and the
+    conversion to a 32-bit int keeps the low 32 bits (two's complement, as GCC and Clang convert)."""
+    value = max(-2**63, min(2**63 - 1, value))
+    return (value + 2**31) % 2**32 - 2**31
+
+
 def strtol(text: str) -> int:
     """What C ``strtol(text, NULL, 0)`` returns: base from the prefix, reading as far as digits go."""
     s = text.lstrip()
@@ -332,10 +346,20 @@ class _Reader:
         if value is not None:
             return value
         if raw == "-1" or (raw[:1] != "-" and _PLAIN_DECIMAL.fullmatch(raw)):
-            value = self.plain[raw] = int(raw)
-            return value
+            value = int(raw)
+            if value <= INT_MAX:          # only values every attribute reads as written are remembered
+                self.plain[raw] = value
+                return value
+            if key in _INT64_ATTRS:
+                return value              # the checks of minBytes and maxBytes say what the loader makes of it
         line = elem.sourceline
         value = strtol(raw)
+        loaded = value if key in _INT64_ATTRS else as_int(value)
+        if loaded != value and _INT_LITERAL.fullmatch(raw):
+            self.add("format-number", f"<{elem.tag}> {key}=\"{printable(raw, 40)}\" is beyond int32: the loader "
+                     f"keeps strtol's value in an int and reads {loaded}", where[0], where[1], where[2], line=line)
+            return loaded
+        value = loaded
         if not _INT_LITERAL.fullmatch(raw):
             # the loader reads it with strtol all the same (digits as far as they go, else 0): an invalid file,
             # like any other, whose checks then run on the value the loader gets

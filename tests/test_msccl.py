@@ -207,6 +207,23 @@ def test_numbers_strtol_misreads(raw, value, why, severity):
     assert p.gpus[0].tbs[0].steps[1].srcoff == value                         # what the runtime would use
 
 
+@pytest.mark.parametrize("raw, value", [
+    ("4294967297", 1), ("2147483648", -2147483648), ("-2147483649", 2147483647),
+    ("99999999999999999999", -1),            # strtol saturates at LONG_MAX, whose low 32 bits read -1
+    ("0x100000001", 1),
+])
+def test_numbers_beyond_int32_read_as_the_loaders_int(raw, value):
+    """mscclXmlGetAttrInt stores strtol's long in an int: the low 32 bits (minBytes and maxBytes are int64)."""
+    text = BASE.replace('<step s="1" type="s" srcbuf="i" srcoff="0"', f'<step s="1" type="s" srcbuf="i" srcoff="{raw}"', 1)
+    p, findings = parse(text)
+    f = only(findings, "format-number")
+    assert "beyond int32" in f.message and f"reads {value}" in f.message and f.severity == "error"
+    assert p.gpus[0].tbs[0].steps[1].srcoff == value
+    if raw.isdigit():      # maxBytes (an int64) reads the same text as written: only the int is flagged
+        p, findings = parse(text.replace('maxBytes="0"', f'maxBytes="{raw}"'))
+        assert p.max_bytes == int(raw) and only(findings, "format-number").message == f.message
+
+
 def test_strtol():
     assert [strtol(x) for x in ("0", "-1", "42", "010", "0x1F", "+7", "09", " 12")] == [0, -1, 42, 8, 31, 7, 0, 12]
 

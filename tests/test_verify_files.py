@@ -224,14 +224,14 @@ def test_a_text_report_shows_ten_findings_of_a_rule_and_counts_the_rest():
 
 def test_counts_a_file_may_claim_cost_no_time_to_check():
     """ngpus, a thread block id or a scratch buffer of any size: the checks never range over the number a file
-    states. A billion ranks with four <gpu> elements, thread block 10^12, 2^31 scratch chunks (more than the proof
-    follows: not proven, and why)."""
+    states. A billion ranks with four <gpu> elements, thread block 2 * 10^9, 2^31 - 1 scratch chunks (more than the
+    proof follows: not proven, and why); the loader keeps each in an int, so none is larger."""
     text = emit(ring_allgather())
     report = verify_text(text.replace('ngpus="4"', 'ngpus="1000000000"'), "n.xml", "exe")
     assert "ngpus-mismatch" in report.rules()
-    report = verify_text(text.replace('<tb id="2"', '<tb id="1000000000000"', 1), "t.xml", "exe")
+    report = verify_text(text.replace('<tb id="2"', '<tb id="2000000000"', 1), "t.xml", "exe")
     assert any("thread block 2 is missing" in f.message for f in report.errors)
-    report = verify_text(re.sub(r's_chunks="\d+"', 's_chunks="2147483648"', text), "s.xml", "exe")
+    report = verify_text(re.sub(r's_chunks="\d+"', 's_chunks="2147483647"', text), "s.xml", "exe")
     assert report.verdict == "unproven" and report.facts["deadlock_free"]
     assert any("over the 4,194,304 it follows" in f.message for f in report.warnings)
     assert "loads and cannot deadlock, but what it computes was not checked" in report.summary()
