@@ -7,6 +7,8 @@ line on stderr and exits with code 2; nothing else is written. Internal bugs sta
 
 from __future__ import annotations
 
+import re
+
 EXCERPT_CHARS = 40
 MAX_MESSAGE_CHARS = 1000
 
@@ -67,3 +69,13 @@ class LimitError(CollsError):
         self.limit = limit
         self.any_layout = any_layout
         self.one_segment = one_segment
+
+
+def xml_reason(message: str) -> str:
+    """libxml2's reason for refusing a text, without its advice to the programmer: "Excessive depth in document:
+    256 use XML_PARSE_HUGE option" is a limit colls keeps (a file nested that deep is no MSCCL file nor NCCL
+    dump), said in the user's terms."""
+    message = re.sub(r",?\s*use XML_PARSE_HUGE option", "", message)
+    message = re.sub(r"Excessive depth in document: (\d+)", r"elements nested more than \1 deep", message)
+    return " ".join(message.split())
+

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from lxml import etree
 
-from colls.errors import CollsError, printable
+from colls.errors import CollsError, printable, xml_reason
 from colls.program import Gpu, Program, Step, Threadblock
 
 # The loader's limits on the text itself (msccl_parser.h).
@@ -435,7 +435,7 @@ class _Reader:
                     program.gpus.append(self.gpu(elem, plain_get))
                     elem.clear(keep_tail=True)
         except etree.XMLSyntaxError as e:
-            self.fail(f"not well-formed XML: {e.msg}", getattr(e, "lineno", None))
+            self.fail(f"not well-formed XML: {xml_reason(e.msg)}", getattr(e, "lineno", None))
         if root is None:
             self.fail("not well-formed XML: no element")
         if root.tail and not root.tail.isspace():

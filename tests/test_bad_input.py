@@ -409,6 +409,18 @@ def test_a_limit_names_the_option_that_binds(tmp_path, args, key, present, absen
     assert absent is None or absent not in err, err
 
 
+@pytest.mark.parametrize("command, root", [("verify", "algo"), ("hardware import", "system")])
+def test_xml_nested_too_deep_is_said_without_the_parsers_advice(tmp_path, command, root):
+    """libxml2 refuses elements nested thousands deep and tells the programmer to use XML_PARSE_HUGE: the user
+    reads the limit instead, with the file named (exit 2, as any text that is not a file of the kind)."""
+    path = tmp_path / "deep.xml"
+    path.write_text(f"<{root}>" + "<a>" * 3000 + "</a>" * 3000 + f"</{root}>\n")
+    rc, out, err = run([*command.split(), str(path), *(["-o", "x.yaml"] if root == "system" else [])], tmp_path)
+    assert rc == 2 and out == "" and len(err.splitlines()) == 1, (rc, out, err)
+    assert str(path) in err and "nested more than" in err and "XML_PARSE" not in err, err
+    assert not (tmp_path / "x.yaml").exists()
+
+
 def test_node_limit_is_the_same_in_the_cli_and_the_loader():
     assert cli.MAX_NODES == hardware.MAX_NODES
 

@@ -62,7 +62,7 @@ import yaml
 from lxml import etree
 
 from colls.collectives import rank_ranges
-from colls.errors import CollsError, excerpt, printable
+from colls.errors import CollsError, excerpt, printable, xml_reason
 from colls.files import read_text
 
 MAX_DUMP_BYTES = 16 * 2**20
@@ -249,7 +249,7 @@ class _Dump:
         try:
             root = etree.fromstring(text.encode("utf-8"), parser)
         except etree.XMLSyntaxError as e:
-            why = " ".join(re.sub(r"\s*\(<string>, line [0-9]+\)\s*$", "", str(e)).split())
+            why = xml_reason(re.sub(r"\s*\(<string>, line [0-9]+\)\s*$", "", str(e)))
             raise CollsError(f"not well-formed XML: {printable(why, 160)}", source=path) from None
         if root is None:
             raise CollsError("has no elements; expected an NCCL topology dump (<system> ...)", source=path)
