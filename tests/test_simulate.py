@@ -188,6 +188,28 @@ def test_the_steady_state_jump_equals_the_full_simulation(machine, method, kind,
     assert jumped > 0
 
 
+def test_a_timeline_past_its_intervals_times_the_rest_of_the_call_as_without_one(monkeypatch):
+    """A timeline keeps so many intervals; past them the call is only timed, with the steady-state jump, and
+    ends at the time and link bytes the call has without a timeline. ``drawn_us`` says where the lanes end."""
+    from colls.simulate import engine
+    program = written("switch3", "ring", "allreduce", "Simple")
+    topo = MACHINES["switch3"]()
+    m = Machine(program, topo, "allreduce")
+    size = unit(program, "allreduce") * (1 << 19) // 4 * 200
+    kw = dict(ncpl=program.nchunksperloop, proto="Simple")
+    whole = run(m, size, for_protocol("Simple"), **kw)
+    monkeypatch.setattr(engine, "MAX_TIMELINE_INTERVALS", 500)
+    drawn = run(m, size, for_protocol("Simple"), timeline=True, **kw)
+    assert drawn.truncated and 0 < drawn.drawn_us < drawn.time_us / 2
+    assert drawn.time_us == pytest.approx(whole.time_us, rel=1e-9)
+    assert drawn.link_bytes == pytest.approx(whole.link_bytes, rel=1e-9)
+    assert drawn.extrapolated_passes > 0
+    assert all(b <= drawn.drawn_us + 1e-6 for _, iv in drawn.tb_lanes for _, b, _ in iv)
+    monkeypatch.setattr(engine, "MAX_TIMELINE_INTERVALS", 10 ** 9)
+    full = run(m, size, for_protocol("Simple"), timeline=True, **kw)
+    assert not full.truncated and full.drawn_us is None and full.extrapolated_passes == 0
+
+
 def laid_out(machine, method, kind, proto):
     """A method's file on a test machine, laid out for the engine: (program, topology, Machine, the engine's
     keywords, sizes of one unit, of a thousand and of 2^17 units and a partial pass)."""

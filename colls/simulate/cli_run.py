@@ -13,6 +13,7 @@ from colls.errors import CollsError
 from colls.msccl import parse
 from colls.simulate import prepare, simulate, size_text
 from colls.simulate import report as rep
+from colls.simulate.engine import MAX_TIMELINE_INTERVALS
 from colls.simulate.baseline import Baseline, RuntimeDefault, algorithm_of
 from colls.runtimes.costs import DATA_FRACTION, DEFAULT_LAUNCH, family_of, is_known, model_for
 from colls.verify import verify
@@ -125,9 +126,14 @@ def _timeline(e: _Entry, topo, size, inplace, target, b, path, launch: str = DEF
         if not timing.served:
             raise CollsError(f"{size_text(size)}: {timing.reason}", key="--size")
     lanes, groups = rep.timeline_lanes(machine, res)
+    drawn = "" if res.drawn_us is None else f"; drawn to {res.drawn_us:.1f} us"
     plot_timeline(lanes, path, title=f"{e.label}: {e.kind}, {size_text(size)} on {topo.name} "
-                                     f"({res.time_us:.1f} us)", groups=groups, option="--timeline")
-    return timing, rep.link_summary(machine, res), rep.link_use(machine, res)
+                                     f"({res.time_us:.1f} us{drawn})", groups=groups, option="--timeline")
+    summary = rep.link_summary(machine, res)
+    if res.drawn_us is not None:
+        summary += (f"\nthe timeline draws the call's first {res.drawn_us:.1f} us of {res.time_us:.1f} (it keeps "
+                    f"{MAX_TIMELINE_INTERVALS:,} intervals at most; a smaller --size draws a whole call)")
+    return timing, summary, rep.link_use(machine, res), res.drawn_us
 
 
 def _plot(entries, bound_by_kind, sizes, topo, path):
@@ -191,7 +197,8 @@ def _output(entries, bound_by_kind, topo, timeline, plot_path, timeline_path, in
         lines.append(f"wrote {plot_path}")
         data["plot"] = plot_path
     if timeline is not None:
-        timing, summary, use = timeline
+        timing, summary, use, drawn_us = timeline
         lines += [summary, f"wrote {timeline_path}"]
-        data["timeline"] = {"file": timeline_path, "call": timing.to_dict(), "links": use}
+        # drawn_us: the lanes end there when the call had more intervals than a timeline keeps (None: whole call)
+        data["timeline"] = {"file": timeline_path, "call": timing.to_dict(), "links": use, "drawn_us": drawn_us}
     return Output("\n".join(lines), data)

@@ -95,6 +95,7 @@ class RunResult:
     truncated: bool = False
     extrapolated_steps: int = 0     # steps skipped by the jumps inside passes (of the reference threadblock)
     cut: bool = False               # stopped at ``deadline_us``: ``time_us`` is then a lower bound on the call
+    drawn_us: float | None = None   # truncated timeline: the lanes hold the call up to this time only
 
 
 def pass_bytes(chunk: float, eff: int) -> list[float]:
@@ -356,6 +357,7 @@ class _Run:
         self.link_iv = [[] for _ in range(len(m.links))] if timeline else None
         self.iv_count = 0
         self.truncated = False
+        self.drawn_us = None
         self.act_start = [0.0] * T
         self.extrapolate = extrapolate and self.nfull > 2 and T > 0
         self.extrapolate_steps = extrapolate and not timeline and T > 0
@@ -646,7 +648,8 @@ class _Run:
 
     def record(self, lane, a, b, kind):
         if self.iv_count >= MAX_TIMELINE_INTERVALS:
-            self.truncated = True
+            if not self.truncated:
+                self.truncated, self.drawn_us = True, self.now
             return
         if lane and lane[-1][2] == kind and abs(lane[-1][1] - a) <= TIME_EPS:
             lane[-1] = (lane[-1][0], b, kind)
@@ -711,12 +714,13 @@ class _Run:
         if self.timeline:
             res.tb_lanes = [(ti, iv) for ti, iv in enumerate(self.tb_iv) if iv]
             res.link_lanes = [(li, iv) for li, iv in enumerate(self.link_iv) if iv]
-            res.truncated = self.truncated
+            res.truncated, res.drawn_us = self.truncated, self.drawn_us
         return res
 
     # --- steady state --------------------------------------------------------------------------------
     def snapshot(self):
-        if self.timeline or self.jumped:
+        # a timeline records every pass until it holds MAX_TIMELINE_INTERVALS; the rest of the call is only timed
+        if (self.timeline and not self.truncated) or self.jumped:
             return
         base = self.it[self.ref]
         if base >= self.nfull:
