@@ -226,14 +226,20 @@ class Machine:
                 self.conn_receiver[c] = ti
             self.out_conns[ti], self.in_conns[ti] = tuple(outs), tuple(ins)
         self.conn_links, self.conn_latency, self.conn_net = [], [], []
+        pairs: dict = {}                                # (src, dst) -> its route's links, latency, NIC: per channel alike
         for src, dst, chan in self.conn_key:
-            route = topology.route(src, dst) if src != dst else None
-            if route is None:
-                raise CollsError(f"gpu {src} sends to gpu {dst} on channel {chan}, but {topology.name} has no "
-                                 "route between them", key="--hardware")
-            self.conn_links.append(np.array([link_index[(u, v)] for u, v in zip(route, route[1:])], dtype=np.int64))
-            self.conn_latency.append(topology.route_latency(route))
-            self.conn_net.append(any(topology.graph.nodes[v]["kind"] == NIC for v in route))
+            if (src, dst) not in pairs:
+                route = topology.route(src, dst) if src != dst else None
+                if route is None:
+                    raise CollsError(f"gpu {src} sends to gpu {dst} on channel {chan}, but {topology.name} has no "
+                                     "route between them", key="--hardware")
+                pairs[src, dst] = (np.array([link_index[(u, v)] for u, v in zip(route, route[1:])], dtype=np.int64),
+                                   topology.route_latency(route),
+                                   any(topology.graph.nodes[v]["kind"] == NIC for v in route))
+            links, latency, net = pairs[src, dst]
+            self.conn_links.append(links)
+            self.conn_latency.append(latency)
+            self.conn_net.append(net)
         self.conn_weight = [np.ones(len(x)) for x in self.conn_links]     # flows per link (see symmetry)
         self._quotient = False
         # steps, flattened per threadblock: the dependencies resolved to threadblock indices

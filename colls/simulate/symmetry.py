@@ -45,37 +45,90 @@ def _relabel(keys: list) -> list[int]:
     return [seen.setdefault(k, len(seen)) for k in keys]
 
 
+def _dense(rows: np.ndarray) -> np.ndarray:
+    """Dense class numbers for the rows of an integer matrix (entries >= -1), in order of first appearance
+    (as :func:`_relabel` numbers keys): equal rows, equal numbers. The columns are folded into one integer
+    key, mixed radix, made dense again whenever the next column could overflow it."""
+    n = len(rows)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    key = np.zeros(n, dtype=np.int64)
+    top = 0                                      # the largest key so far
+    for j in range(rows.shape[1]):
+        col = rows[:, j] + 1
+        base = int(col.max()) + 1
+        if (top + 1) * base >= 2**62:
+            _, key = np.unique(key, return_inverse=True)
+            top = int(key.max())
+        key = key * base + col
+        top = top * base + base - 1
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return rank[inverse.reshape(-1)]
+
+
+def _padded(lists: list, sort: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Lists of indices as one matrix padded with -1 (each row sorted when ``sort``), and a mask of the real
+    entries; rows of different lengths never compare equal (the -1s come first when sorted, last otherwise)."""
+    width = max((len(x) for x in lists), default=0)
+    out = np.full((len(lists), width), -1, dtype=np.int64)
+    for i, x in enumerate(lists):
+        if x:
+            out[i, width - len(x):] = x
+    return out, out >= 0
+
+
+def _neighbours(labels: np.ndarray, index: np.ndarray, real: np.ndarray, sort: bool) -> np.ndarray:
+    """``labels`` looked up at ``index`` (padding stays -1), each row sorted when ``sort``: a multiset."""
+    out = np.where(real, labels[np.where(real, index, 0)], -1)
+    return np.sort(out, axis=1) if sort and out.shape[1] > 1 else out
+
+
 def classes(m) -> tuple[list[int], list[int], list[int]]:
-    """The coarsest equitable partition of ``m``'s threadblocks, connections and links (class numbers)."""
+    """The coarsest equitable partition of ``m``'s threadblocks, connections and links (class numbers).
+
+    Colour refinement on integer matrices: each round, every element's row is its class and its neighbours'
+    classes (sorted where they form a multiset, in order where the order counts), and equal rows are one
+    class, numbered in order of first appearance."""
     T, C, L = len(m.tbs), len(m.conn_key), len(m.links)
     # what each element is by itself
-    shapes = per_list(m.steps, lambda steps: (       # the steps' shape, and the threadblocks waited on
-        tuple((s[0], s[1], s[2], s[3], s[4] >= 0, s[5], s[6], s[7]) for s in steps),
+    seen: dict = {}                                  # a shape -> its number, in order of first appearance
+    shapes = per_list(m.steps, lambda steps: (       # the steps' shape (numbered), and the threadblocks waited on
+        seen.setdefault(tuple((s[0], s[1], s[2], s[3], s[4] >= 0, s[5], s[6], s[7]) for s in steps), len(seen)),
         tuple(s[4] for s in steps if s[4] >= 0)))
-    shape = _relabel([shapes[ti][0] for ti in range(T)])
+    shape = [shapes[ti][0] for ti in range(T)]
     scale = m.tb_scale
-    tb_c = _relabel([(shape[ti], m.tb_cap[ti], tuple(v[ti] for _, v in sorted(scale.items())) if scale else (),
-                      len(m.out_conns[ti]), len(m.in_conns[ti])) for ti in range(T)])
-    conn_c = _relabel([(round(m.conn_latency[c], 12), len(m.conn_links[c]), m.conn_net[c]) for c in range(C)])
-    link_c = _relabel([float(x) for x in m.link_cap])
+    tb_c = np.array(_relabel([(shape[ti], m.tb_cap[ti], tuple(v[ti] for _, v in sorted(scale.items())) if scale
+                               else (), len(m.out_conns[ti]), len(m.in_conns[ti])) for ti in range(T)]),
+                    dtype=np.int64)
+    conn_c = np.array(_relabel([(round(m.conn_latency[c], 12), len(m.conn_links[c]), m.conn_net[c])
+                                for c in range(C)]), dtype=np.int64)
+    link_c = np.array(_relabel([float(x) for x in m.link_cap]), dtype=np.int64)
     crossing = [[] for _ in range(L)]                       # link -> connections crossing it
     for c in range(C):
         for li in m.conn_links[c].tolist():
             crossing[li].append(c)
-    waits = [shapes[ti][1] for ti in range(T)]
-    counts = (len(set(tb_c)), len(set(conn_c)), len(set(link_c)))
+    # the structure, as padded index matrices (it does not change between rounds)
+    outs, out_real = _padded(m.out_conns, True)
+    ins, in_real = _padded(m.in_conns, True)
+    waits, wait_real = _padded([list(shapes[ti][1]) for ti in range(T)], False)
+    route, route_real = _padded([x.tolist() for x in m.conn_links], False)
+    cross, cross_real = _padded(crossing, True)
+    sender = np.array(m.conn_sender, dtype=np.int64)
+    receiver = np.array(m.conn_receiver, dtype=np.int64)
+    counts = (len(set(tb_c.tolist())), len(set(conn_c.tolist())), len(set(link_c.tolist())))
     while True:
-        tb_n = _relabel([(tb_c[ti], tuple(sorted(conn_c[c] for c in m.out_conns[ti])),
-                          tuple(sorted(conn_c[c] for c in m.in_conns[ti])),
-                          tuple(tb_c[d] for d in waits[ti])) for ti in range(T)])
-        conn_n = _relabel([(conn_c[c], tb_c[m.conn_sender[c]], tb_c[m.conn_receiver[c]],
-                            tuple(link_c[li] for li in m.conn_links[c].tolist())) for c in range(C)])
-        link_n = _relabel([(link_c[li], tuple(sorted(Counter(conn_c[c] for c in crossing[li]).items())))
-                           for li in range(L)])
-        new = (len(set(tb_n)), len(set(conn_n)), len(set(link_n)))
+        tb_n = _dense(np.column_stack([tb_c, _neighbours(conn_c, outs, out_real, True),
+                                       _neighbours(conn_c, ins, in_real, True),
+                                       _neighbours(tb_c, waits, wait_real, False)]))
+        conn_n = _dense(np.column_stack([conn_c, tb_c[sender] if C else conn_c, tb_c[receiver] if C else conn_c,
+                                         _neighbours(link_c, route, route_real, False)]))
+        link_n = _dense(np.column_stack([link_c, _neighbours(conn_c, cross, cross_real, True)]))
+        new = (int(tb_n.max(initial=-1)) + 1, int(conn_n.max(initial=-1)) + 1, int(link_n.max(initial=-1)) + 1)
         tb_c, conn_c, link_c = tb_n, conn_n, link_n
         if new == counts:
-            return tb_c, conn_c, link_c
+            return tb_c.tolist(), conn_c.tolist(), link_c.tolist()
         counts = new
 
 
