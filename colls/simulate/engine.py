@@ -95,7 +95,7 @@ class RunResult:
     truncated: bool = False
     extrapolated_steps: int = 0     # steps skipped by the jumps inside passes (of the reference threadblock)
     cut: bool = False               # stopped at ``deadline_us``: ``time_us`` is then a lower bound on the call
-    drawn_us: float | None = None   # truncated timeline: the lanes hold the call up to this time only
+    drawn_us: float | None = None   # truncated timeline: no lane holds anything past this time
 
 
 def pass_bytes(chunk: float, eff: int) -> list[float]:
@@ -654,9 +654,9 @@ class _Run:
 
     def record(self, lane, a, b, kind):
         if self.iv_count >= MAX_TIMELINE_INTERVALS:
-            if not self.truncated:
-                self.truncated, self.drawn_us = True, self.now
+            self.truncated = True
             return
+        self.drawn_us = b if self.drawn_us is None else max(self.drawn_us, b)     # the latest end recorded
         if lane and lane[-1][2] == kind and abs(lane[-1][1] - a) <= TIME_EPS:
             lane[-1] = (lane[-1][0], b, kind)
             return
@@ -720,7 +720,7 @@ class _Run:
         if self.timeline:
             res.tb_lanes = [(ti, iv) for ti, iv in enumerate(self.tb_iv) if iv]
             res.link_lanes = [(li, iv) for li, iv in enumerate(self.link_iv) if iv]
-            res.truncated, res.drawn_us = self.truncated, self.drawn_us
+            res.truncated, res.drawn_us = self.truncated, self.drawn_us if self.truncated else None
         return res
 
     # --- steady state --------------------------------------------------------------------------------
