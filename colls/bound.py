@@ -323,14 +323,34 @@ def _min_ratio_cut(topo: Topology) -> tuple[Fraction, frozenset]:
     return x / net.scale, net.vertex_set(side)
 
 
+def _reversal_map(topo: Topology) -> dict | None:
+    """A relabelling that makes the reversed machine the machine itself, or None: each NIC's out vertex
+    (``.tx``) and in vertex (``.rx``) swapped, everything else kept, checked link by link (a link u -> v with
+    its attributes is matched by a link map(v) -> map(u) with the same ones). Where it holds, a reduce-scatter's
+    bound (an allgather's on the reversal) is the allgather's, its cut mapped back; computed once."""
+    def make():
+        g = topo.graph
+        swap = {}
+        for v in g.nodes:
+            if isinstance(v, str) and v.endswith(".tx") and g.has_node(v[:-3] + ".rx"):
+                swap[v], swap[v[:-3] + ".rx"] = v[:-3] + ".rx", v
+        back = lambda v: swap.get(v, v)    # noqa: E731
+        ok = all(g.has_edge(back(v), back(u)) and g.edges[back(v), back(u)] == d for u, v, d in g.edges(data=True))
+        return swap if ok else None
+    return topo.derived(("reversal map",), make)
+
+
 def _gather_bound(topo: Topology, kind: str, latency: float) -> Bound:
     """The exact allgather (kind "allgather") or reduce-scatter (kind "reducescatter") bound."""
+    swap = _reversal_map(topo) if kind == "reducescatter" else None
+    directed = topo if kind == "allgather" or swap is not None else topo.reversed()
+    x, sending = directed.derived(("min ratio cut",), lambda: _min_ratio_cut(directed))
     if kind == "allgather":
-        x, sending = _min_ratio_cut(topo)
         method = _EXACT_AG
     else:
-        x, rev_sending = _min_ratio_cut(topo.reversed())
-        sending = frozenset(topo.graph.nodes) - rev_sending  # real data flows the other way
+        if swap is not None:        # the reversal's cut: the machine's, relabelled
+            sending = frozenset(swap.get(v, v) for v in sending)
+        sending = frozenset(topo.graph.nodes) - sending  # real data flows the other way
         method = _EXACT_RS
     n = topo.ngpus
     algbw = n * x
@@ -341,8 +361,7 @@ def _gather_bound(topo: Topology, kind: str, latency: float) -> Bound:
         # out (a NIC shared by two GPUs) can make the cut bound unreachable. The balanced graph (each
         # such relay's larger side scaled down) is reachable by splitting and tree packing.
         from colls.synth.splitting import Splitter
-        directed = topo if kind == "allgather" else topo.reversed()
-        target = Splitter(directed, optimum=x).target
+        target = directed.derived(("split target", x), lambda: Splitter(directed, optimum=x).target)
         if target < x:
             exact, achievable = False, n * target
             v, a, b = lopsided[0]
@@ -723,6 +742,14 @@ def latency_bound_us(topo: Topology, collective_kind: str, root: int = 0) -> flo
         raise CollsError(f"unknown collective {collective_kind!r} (choose from {', '.join(KINDS)})",
                          key="collective")
     _check_topology(topo, collective_kind, root)
+    if collective_kind in ("broadcast", "reduce"):
+        return topo.by_latency(("latency_bound", collective_kind, root),
+                               lambda: _latency_bound(topo, collective_kind, root))
+    # every ordered pair: the same figure for the four collectives that exchange between all GPUs
+    return topo.by_latency(("latency_bound", "all pairs"), lambda: _latency_bound(topo, collective_kind, root))
+
+
+def _latency_bound(topo: Topology, collective_kind: str, root: int) -> float:
     g = topo.graph
     if collective_kind == "broadcast":
         dist = nx.single_source_dijkstra_path_length(g, root, weight=_latency)

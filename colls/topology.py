@@ -91,6 +91,14 @@ class Topology:
             memo[key] = make()
         return memo[key]
 
+    def by_latency(self, key: tuple, make):
+        """As :meth:`derived`, for what depends on the links' latencies and not their bandwidths: shared with
+        :meth:`effective`'s machine, whose links differ in bandwidth alone."""
+        memo = self._index.setdefault("by_latency", {})
+        if key not in memo:
+            memo[key] = make()
+        return memo[key]
+
     def kind(self, v: Vertex) -> str:
         return self.graph.nodes[v]["kind"]
 
@@ -212,7 +220,9 @@ class Topology:
             if eff != 1:
                 d["bw"] = as_fraction(d["bw"]) * eff
                 d["efficiency"] = 1
-        return Topology(self.name, g, self.nodes, self.gpus_per_node, dict(self.meta))
+        reached = Topology(self.name, g, self.nodes, self.gpus_per_node, dict(self.meta))
+        reached._index["by_latency"] = self._index.setdefault("by_latency", {})     # the same latencies
+        return reached
 
     def validate(self, source: str = "topology") -> None:
         """Raise CollsError unless the graph follows the conventions above."""

@@ -374,3 +374,24 @@ def test_balanced_rate_from_one_node_is_the_all_sinks_one(profile, nodes, withou
             None if without else [r for r in directed.gpus if directed.node_of(r) == 0])
         assert sp.target == splitting.rate(sp.base.cap, directed.gpus, upper=sp.optimum)
         assert sp.optimum == splitting.rate(splitting._Work(directed).cap, directed.gpus)
+
+
+@pytest.mark.parametrize("profile, nodes", [("dgx2", 2), ("ndv2", 2), ("mi250", 2), ("dgx-a100", 3)])
+def test_a_reduce_scatter_bound_from_the_machine_its_own_reversal_is_the_reversals(monkeypatch, profile, nodes):
+    """The shipped machines are their own reversal once each NIC's .tx and .rx swap: the reduce-scatter bound is
+    then computed on the machine (once with the allgather's) and its cut mapped back. It is the one computed
+    on the reversed machine; a machine whose links back differ is not taken for its reversal."""
+    from colls import bound as bounds
+    from colls.inputs.hardware import load_topology
+    fast = reducescatter_bound(load_topology(profile, nodes=nodes))
+    topo = load_topology(profile, nodes=nodes)
+    assert bounds._reversal_map(topo) is not None
+    monkeypatch.setattr(bounds, "_reversal_map", lambda t: None)
+    slow = reducescatter_bound(topo)
+    assert (fast.algbw, fast.cut, fast.cut_words, fast.achievable, fast.method) == \
+           (slow.algbw, slow.cut, slow.cut_words, slow.achievable, slow.method)
+    monkeypatch.undo()
+    g = topo.graph.copy()
+    u, v = next((u, v) for u, v in g.edges if isinstance(v, str) and v.endswith(".tx"))
+    g.edges[u, v]["bw"] = g.edges[u, v]["bw"] / 2          # one NIC's way out at half the speed of its way in
+    assert bounds._reversal_map(Topology(topo.name, g, topo.nodes, topo.gpus_per_node, dict(topo.meta))) is None
