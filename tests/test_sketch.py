@@ -155,6 +155,7 @@ def test_an_explicit_map_proves_what_vf2_proves(topo, name, nodes, offset, group
         node_match=lambda x, y: x["pin"] == y["pin"],
         edge_match=lambda x, y: (x["bw"], x["latency"]) == (y["bw"], y["latency"])).is_isomorphic()
     assert vf2 == ok and _extends(t.graph, perm) == ok
+    assert (automorphism_mismatch(t, perm) is None) == ok      # the GPUs' own links first, VF2 where they pass
 
 
 def test_wrong_symmetry_offset_is_refused(tmp_path, topo):
@@ -164,7 +165,7 @@ def test_wrong_symmetry_offset_is_refused(tmp_path, topo):
         load_sketch(_write(tmp_path, data, "sym.json"), topo("dgx2", 2))
     assert info.value.key == "symmetry_offsets[0]" and "does not map the machine onto itself" in str(info.value)
     ndv2 = {"nnodes": 1, "intranode_sketch": {"strategy": "none"}, "symmetry_offsets": [[2, 8]]}
-    with pytest.raises(CollsError, match=r"symmetry_offsets\[0\]: .*GPU 0->2 \(25 GB/s\) would map to "
+    with pytest.raises(CollsError, match=r"symmetry_offsets\[0\]: .*GPU 0->2 \(25 GB/s, 0.3 us\) would map to "
                                          r"GPU 2->4 \(no link\)"):
         load_sketch(_write(tmp_path, ndv2, "nd.json"), topo("ndv2", 1))
 
