@@ -206,7 +206,7 @@ def _row(task) -> tuple:
 def main() -> int:
     import multiprocessing
     import platform
-    from colls.compile import default_jobs
+    from colls.parallel import default_jobs
     results = {"machine": f"{platform.processor() or platform.machine()}, Python {platform.python_version()}; "
                           f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}", "cases": {}}
     tasks = [(profile, nodes, method) for profile in PROFILES for nodes in NODES for method in METHODS]

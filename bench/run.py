@@ -129,7 +129,8 @@ def _compile_case(topo, what: str, kind: str, out: dict) -> dict:
     """``colls compile``'s work (every method, default sizes, NCCL's own beside) without writing; ``compile:1``
     in one process, ``compile`` in as many as the machine has."""
     from colls import compile as comp
-    jobs = 1 if what == "compile:1" else comp.default_jobs()
+    from colls.parallel import default_jobs
+    jobs = 1 if what == "compile:1" else default_jobs()
     t0 = time.perf_counter()
     plans = comp.plan(topo, list(comp.ALL) if kind == "all" else [kind], jobs=jobs)
     comp.lower_files(plans, "exe", jobs)

@@ -153,7 +153,7 @@ def write(data: dict) -> None:
 
 
 def main() -> None:
-    from colls.compile import default_jobs
+    from colls.parallel import default_jobs
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profiles", default=",".join(PROFILES))
     ap.add_argument("--nodes", type=int, default=2)

@@ -515,6 +515,7 @@ def compile_cmd(hardware, nodes, collective, output, target, root, methods, size
     See the README's "Deploying" section.
     """
     from colls import compile as comp
+    from colls.parallel import default_jobs
     from colls.simulate import parse_sizes
     known = comp.METHODS + comp.OPTIONAL_METHODS
     names = None            # compile's default for the machine (colls.compile.default_methods)
@@ -550,7 +551,7 @@ def compile_cmd(hardware, nodes, collective, output, target, root, methods, size
     say = (lambda line: None) if quiet else \
         (lambda line: click.echo(f"colls: [{time.perf_counter() - started:5.0f} s] {line}", err=True))
     common = dict(sizes=size_list, methods=names, sketch=sketch, milp_options=milp_options,
-                  jobs=jobs or comp.default_jobs(), progress=say, margin=None if margin is None else margin / 100,
+                  jobs=jobs or default_jobs(), progress=say, margin=None if margin is None else margin / 100,
                   max_threadblocks=max_threadblocks)
     if target == PLAN_TARGET:
         if root is not None:
@@ -566,7 +567,7 @@ def compile_cmd(hardware, nodes, collective, output, target, root, methods, size
         plans = comp.plan(topo, kinds, target=target, root=root, **common)
         _check_some_method_made_a_file(plans, names)
         say("proving the chosen files")
-        comp.lower_files(plans, target, jobs or comp.default_jobs())
+        comp.lower_files(plans, target, jobs or default_jobs())
         written = comp.write(plans, output, topo, target)
         what = f"file(s) in {output}/{comp.ALGORITHMS}, README.md, env.sh"
     if as_json:

@@ -34,7 +34,6 @@ give byte-identical files.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import re
 import shutil
@@ -45,6 +44,7 @@ from typing import Callable
 
 from colls import bound as bounds
 from colls import pipeline, tune
+from colls.parallel import in_processes
 from colls.collectives import Collective, busbw_factor
 from colls.errors import CollsError, LimitError
 from colls.files import check_output, write_atomic
@@ -184,7 +184,7 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
     progress(f"synthesizing with {', '.join(methods)} for {', '.join(kinds)}, and timing the runtime's own "
              f"algorithms at {len(sizes)} sizes from {size_text(sizes[0])} to {size_text(sizes[-1])} "
              f"({_processes(jobs)})")
-    for (pis, name), done in zip(synth, _in_processes(tasks, jobs, progress)):
+    for (pis, name), done in zip(synth, in_processes(tasks, jobs, progress)):
         if name != RUNTIME:
             for pi, m in zip(pis, done):
                 plans[pi].methods[methods.index(name)] = m
@@ -201,7 +201,7 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
     timed = sorted([(p, m) for p in plans for m in p.methods if m.variants],
                    key=lambda pm: _slow_to_simulate(pm[1].name, pm[0].kind))
     progress(f"simulating the methods' files at {len(sizes)} sizes ({_processes(jobs)})")
-    for (p, m), timings in zip(timed, _in_processes(
+    for (p, m), timings in zip(timed, in_processes(
             [(None, partial(_time_method, topology, p.kind, m.variants, target, sizes, p.bound,
                             [None if t is None else t.time_us * (1 - mg) for t, mg in zip(p.nccl, margins)]))
              for p, m in timed], jobs, progress)):
@@ -293,33 +293,6 @@ def _rank(names: tuple, x: str) -> int:
 
 def _processes(jobs: int) -> str:
     return f"{jobs} process{'es' if jobs > 1 else ''}"
-
-
-_TASKS: list = []          # the tasks of :func:`_in_processes`, for its worker processes (inherited when they fork)
-
-
-def _in_processes(tasks: list, jobs: int, progress) -> list:
-    """Each task's function called, results in order; ``tasks``: (progress line or None, function of no
-    arguments). With ``jobs`` > 1 they run in that many forked processes (every task is deterministic: the
-    results are the same), the slowest-looking first as given."""
-    global _TASKS
-    if jobs > 1 and len(tasks) > 1 and "fork" in multiprocessing.get_all_start_methods():
-        _TASKS = tasks
-        try:
-            with multiprocessing.get_context("fork").Pool(min(jobs, len(tasks))) as pool:
-                return pool.map(_run_task, range(len(tasks)), chunksize=1)
-        finally:
-            _TASKS = []
-    out = []
-    for line, fn in tasks:
-        if line:
-            progress(line)
-        out.append(fn())
-    return out
-
-
-def _run_task(i: int):
-    return _TASKS[i][1]()
 
 
 # milp's allreduce solves the reduce-scatter's problem and the allgather's (colls.synth.milp.sharing_solves): one
@@ -416,14 +389,6 @@ def _copies(first, m: Method) -> None:
             break
 
 
-def default_jobs() -> int:
-    """The processors this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
 def _ranges(methods, nccl, sizes, target, margins) -> list[Range]:
     winners = []
     for i in range(len(sizes)):
@@ -494,7 +459,7 @@ def lower_files(plans, target: str, jobs: int = 1) -> None:
         groups.setdefault((id(base), fifo_messages(proto)), (base, []))[1].append(r)
     order = sorted(groups.values(), key=lambda g: -_lowering_work(*g))
     tasks = [(None, partial(_lower_group, base, ranges)) for base, ranges in order]
-    for (_, ranges), compiled in zip(order, _in_processes(tasks, jobs, lambda line: None)):
+    for (_, ranges), compiled in zip(order, in_processes(tasks, jobs, lambda line: None)):
         for r, c in zip(ranges, compiled):
             r.compiled = c
 
@@ -845,7 +810,7 @@ def plan_mscclpp(topology, kinds, *, sizes=None, methods=None, sketch=None, milp
              for pis, name in work]
     progress(f"synthesizing with {', '.join(methods)} for {', '.join(kinds)}, writing plans and timing them at "
              f"{len(sizes)} sizes ({_processes(jobs)})")
-    for (pis, name), done in zip(work, _in_processes(tasks, jobs, progress)):
+    for (pis, name), done in zip(work, in_processes(tasks, jobs, progress)):
         for pi, m in zip(pis, done):
             plans[pi].methods[methods.index(name)] = m
     for p in plans:
