@@ -738,8 +738,10 @@ BASELINES = ("nccl", "nccl-ring", "nccl-tree", "nccl-nvls")
               help="Draw one call (--size) per link and per threadblock, and print the links' utilisation.")
 @click.option("--size", "timeline_size", default=None, metavar="SIZE", help="The call size --timeline shows.")
 @click.option("--json", "as_json", is_flag=True, help="Every number, as JSON.")
+@click.option("--jobs", type=Whole(1, 1024), default=None, metavar="N",
+              help="Processes for the simulations (default: the processors available); the result is the same.")
 def simulate_cmd(paths, hardware, nodes, sizes, inplace, launch, target, baseline, collective, root, plot_path,
-                 timeline_path, timeline_size, as_json):
+                 timeline_path, timeline_size, as_json, jobs):
     """Time MSCCL files (from any generator), or MSCCL++ plans colls wrote (FILE.json), on a machine, per call
     size, and show where the time goes.
 
@@ -747,6 +749,7 @@ def simulate_cmd(paths, hardware, nodes, sizes, inplace, launch, target, baselin
     the model and how to read its output.
     """
     from colls import simulate as sim
+    from colls.parallel import default_jobs
     from colls.simulate import cli_run
     if not paths and baseline is None:
         raise CollsError("give at least one FILE, or --baseline with --collective", key="FILE")
@@ -793,7 +796,7 @@ def simulate_cmd(paths, hardware, nodes, sizes, inplace, launch, target, baselin
     out = cli_run.run(texts, topo, size_list, inplace=inplace, target=target, baseline=baseline, launch=launch,
                       collective=collective, root=root, plot_path=plot_path, timeline_path=timeline_path,
                       timeline_size=shown, warn=lambda line: click.echo(f"colls: warning: {line}", err=True),
-                      progress=_progress_on_a_terminal())
+                      progress=_progress_on_a_terminal(), jobs=jobs or default_jobs())
     if as_json:
         _echo_json(out.data)
     else:

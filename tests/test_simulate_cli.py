@@ -128,3 +128,22 @@ def test_progress_names_each_size_before_it_is_timed():
                 collective="allgather", progress=heard.append)
     assert len(heard) == 2 and heard[0].endswith("at 1KB (1 of 2 sizes)") and "1MB (2 of 2" in heard[1]
     assert heard[0].startswith("timing NCCL")
+
+
+def test_processes_give_the_answer_one_process_gives(tmp_path):
+    """simulate --jobs N: each (file, size) timed in a forked process, the largest sizes first; the output is
+    the one a single process prints, byte for byte, and the progress says how the work is shared."""
+    from colls import pipeline
+    from colls.collectives import Collective
+    from colls.inputs import hardware
+    from colls.simulate import cli_run
+    topo = hardware.load_topology("dgx-a100", nodes=2)
+    text = pipeline.compile_schedule(topo, Collective("allreduce", topo.ngpus), "ring").text
+    sizes = [1 << 10, 1 << 16, 1 << 20, 1 << 26]
+    outs, heard = [], []
+    for jobs in (1, 3):
+        out = cli_run.run([("ring.xml", text)], topo, sizes, baseline="nccl", jobs=jobs, progress=heard.append)
+        outs.append((out.text, json.dumps(out.data, sort_keys=True)))
+    assert outs[0] == outs[1]
+    assert heard[-1].startswith("timing ring.xml and NCCL") and heard[-1].endswith(" at 4 sizes in 3 processes")
+    assert len(heard) == 2 * len(sizes) + 1      # a line a timing in one process; one line for the processes

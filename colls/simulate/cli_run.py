@@ -5,6 +5,7 @@ NCCL's own algorithm), draw what was asked. It returns the text and the JSON; th
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Callable
 
 from colls import bound as bounds
@@ -14,6 +15,7 @@ from colls.msccl import parse
 from colls.simulate import prepare, simulate, size_text
 from colls.simulate import report as rep
 from colls.simulate.engine import MAX_TIMELINE_INTERVALS
+from colls.parallel import in_processes
 from colls.simulate.baseline import Baseline, RuntimeDefault, algorithm_of
 from colls.runtimes.costs import DATA_FRACTION, DEFAULT_LAUNCH, family_of, is_known, model_for
 from colls.verify import verify
@@ -39,8 +41,10 @@ class _Entry:
 def run(texts, topo, sizes, *, inplace=False, target="exe", baseline=None, collective=None, root=None,
         plot_path=None, timeline_path=None, timeline_size=None, launch: str = DEFAULT_LAUNCH,
         warn: Callable[[str], None] = lambda line: None,
-        progress: Callable[[str], None] = lambda line: None) -> Output:
-    """Time each file (and the baseline) at each size; ``progress`` hears which one and size is timed next."""
+        progress: Callable[[str], None] = lambda line: None, jobs: int = 1) -> Output:
+    """Time each file (and the baseline) at each size; ``progress`` hears which one and size is timed next.
+    ``jobs`` > 1: the (file, size) timings in that many forked processes, the largest sizes first (each timing
+    is a function of its file and size alone: the same answer)."""
     entries = [_read(path, text, topo, target, warn) for path, text in texts]
     kinds = {e.kind for e in entries}
     if collective is not None and kinds and kinds != {collective}:
@@ -65,20 +69,34 @@ def run(texts, topo, sizes, *, inplace=False, target="exe", baseline=None, colle
     for e in entries:
         if (e.kind, e.root) not in bound_by_kind:
             bound_by_kind[(e.kind, e.root)] = _bound(topo, e.kind, e.root)
+    work = [(e, i) for e in entries for i in range(len(sizes))]
+    if jobs > 1:        # the slowest first, so no long timing starts last while the other processes wait
+        work.sort(key=lambda x: -sizes[x[1]])
+        progress(f"timing {' and '.join(e.label for e in entries)} at {len(sizes)} sizes in "
+                 f"{min(jobs, len(work))} processes")
+    tasks = [(f"timing {e.label} at {size_text(sizes[i])} ({i + 1} of {len(sizes)} sizes)",
+              partial(_time, e, topo, sizes[i], bound_by_kind[(e.kind, e.root)], inplace, target, launch))
+             for e, i in work]
+    for e in entries:
+        e.timings = [None] * len(sizes)
+    for (e, i), timing in zip(work, in_processes(tasks, jobs, progress)):
+        e.timings[i] = timing
     timeline = None
     for e in entries:
-        b = bound_by_kind[(e.kind, e.root)]
-        e.timings = []
-        for i, s in enumerate(sizes):
-            progress(f"timing {e.label} at {size_text(s)} ({i + 1} of {len(sizes)} sizes)")
-            e.timings.append(e.baseline.time(s, b) if e.baseline is not None else
-                             simulate(e.program, topo, e.kind, s, inplace=inplace, bound=b, machine=e.machine,
-                                      target=target, launch=launch)[0])
         if timeline_path:
-            timeline = _timeline(e, topo, timeline_size, inplace, target, b, timeline_path, launch)
+            timeline = _timeline(e, topo, timeline_size, inplace, target, bound_by_kind[(e.kind, e.root)],
+                                 timeline_path, launch)
     if plot_path:
         _plot(entries, bound_by_kind, sizes, topo, plot_path)
     return _output(entries, bound_by_kind, topo, timeline, plot_path, timeline_path, inplace, launch)
+
+
+def _time(e: _Entry, topo, size: int, b, inplace: bool, target: str, launch: str):
+    """One entry's timing at ``size``: the baseline's, or the file's simulated call."""
+    if e.baseline is not None:
+        return e.baseline.time(size, b)
+    return simulate(e.program, topo, e.kind, size, inplace=inplace, bound=b, machine=e.machine, target=target,
+                    launch=launch)[0]
 
 
 def _read(path, text, topo, target, warn) -> _Entry:
