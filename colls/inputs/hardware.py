@@ -162,9 +162,8 @@ def load_topology(spec: str, nodes: int = 1, precheck=None) -> Topology:
         topo = _graph_topology(check, data)
     else:
         profile = _parse_profile(check, data)
-        if profile.count * nodes > MAX_GPUS:
-            raise CollsError(f"{nodes} nodes of {profile.count} GPUs is {profile.count * nodes} GPUs, more "
-                             f"than the {MAX_GPUS} colls handles", key="--nodes")
+        if profile.count * nodes > MAX_GPUS:    # refused before a caller's checks count anything that large
+            check_model_size(profile.count, nodes)
         if precheck is not None:
             precheck(profile.count * nodes)
         check_model_size(profile.count, nodes)

@@ -81,7 +81,7 @@ import networkx as nx
 
 from colls.errors import CollsError, excerpt
 from colls.files import MAX_PROFILE_BYTES, read_text
-from colls.inputs.hardware import (MAX_BANDWIDTH, MAX_GPUS, MAX_INT, MAX_LATENCY, MAX_NODES, MIN_BANDWIDTH,
+from colls.inputs.hardware import (MAX_BANDWIDTH, MAX_INT, MAX_LATENCY, MAX_NODES, MIN_BANDWIDTH,
                                    check_model_size)
 from colls.inputs.hardware import _check_reachable, _Checker, _what  # noqa: PLC2701 (the profile checker)
 from colls.topology import GPU, NIC, SWITCH, Topology
@@ -171,9 +171,6 @@ def load_taccl_profile(path, shape: str | None = None, nodes: int = 1, *, chunk=
     name = check.text(data["name"], "name")
     G = check.integer(data["gpus_per_node"], "gpus_per_node", 1)
     shape = _shape(check, data, shape, G)
-    if G * nodes > MAX_GPUS:
-        raise CollsError(f"{nodes} nodes of {G} GPUs is more than the {MAX_GPUS} GPUs colls handles",
-                         key="--nodes")
     check_model_size(G, nodes)
     nbytes = _chunk(check, name, chunk)
     unit = _time_unit(check, nbytes, time_unit)
