@@ -65,7 +65,7 @@ COMMANDS = {
     "show": lambda p, n, kind, tmp, files: (["hardware", "show", p, "--nodes", str(n)], None),
     "derive": lambda p, n, kind, tmp, files: (["sketch", "derive", *_machine(p, n)], None),
     "simulate": lambda p, n, kind, tmp, files: (["simulate", *_machine(p, n), "--baseline", "nccl", "--collective",
-                                                 kind, *_root(kind)], None),
+                                                 kind, *_root(kind), "--jobs", "1"], None),     # one process a case
     "verify": lambda p, n, kind, tmp, files: (["verify", files[p], *_machine(p, n)], None),
     "compile": lambda p, n, kind, tmp, files: (["compile", *_machine(p, n), "--collective", kind, *_root(kind),
                                                 "-o", os.path.join(tmp, "out")], ERR + "synthesizing with"),
