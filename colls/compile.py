@@ -171,27 +171,33 @@ def plan(topology, kinds, *, target: str = "exe", root: int | None = None, sizes
     budget = {} if max_threadblocks is None else {"max_threadblocks": max_threadblocks}
     # one task per method and collective, but milp's collectives that solve the same problems in one (_together);
     # the longest-looking first, so no long task starts last while the other processes wait (see _slow_first)
-    synth = sorted([(pis, name) for name in methods for pis in _together(name, [p.kind for p in plans])] +
-                   [((pi,), RUNTIME) for pi in range(len(plans))],
+    made = [(pis, name, None) for name in methods for pis in _together(name, [p.kind for p in plans])]
+    parts = _runtime_parts(sizes, jobs - len(made), len(plans))
+    synth = sorted(made + [((pi,), RUNTIME, part) for pi in range(len(plans)) for part in parts],
                    key=lambda x: _slow_first(x[1], plans[x[0][0]].kind))
     tasks = [(f"{', '.join(plans[pi].kind for pi in pis)}: synthesizing with {name}",
               partial(_each, partial(_variants, topology), [(collectives[pi], name, target, dict(
                   milp if name == "milp" else {}, **budget), sizes) for pi in pis])) if name != RUNTIME else
              (f"{plans[pis[0]].kind}: timing the runtime's own algorithms",
-              partial(_runtime_times, topology, plans[pis[0]].kind, collectives[pis[0]].root, target, sizes,
-                      plans[pis[0]].bound))
-             for pis, name in synth]
+              partial(_runtime_times, topology, plans[pis[0]].kind, collectives[pis[0]].root, target,
+                      [sizes[i] for i in part], plans[pis[0]].bound))
+             for pis, name, part in synth]
     progress(f"synthesizing with {', '.join(methods)} for {', '.join(kinds)}, and timing the runtime's own "
              f"algorithms at {len(sizes)} sizes from {size_text(sizes[0])} to {size_text(sizes[-1])} "
              f"({_processes(jobs)})")
-    for (pis, name), done in zip(synth, in_processes(tasks, jobs, progress)):
+    noted = set()
+    for (pis, name, part), done in zip(synth, in_processes(tasks, jobs, progress)):
         if name != RUNTIME:
             for pi, m in zip(pis, done):
                 plans[pi].methods[methods.index(name)] = m
             continue
         p = plans[pis[0]]
-        p.nccl, notes = done
-        p.notes = notes + p.notes
+        times, notes = done
+        for i, t in zip(part, times):
+            p.nccl[i] = t
+        if pis[0] not in noted:         # every part of one collective says the same
+            noted.add(pis[0])
+            p.notes = notes + p.notes
     for p in plans:
         if not any(m.variants for m in p.methods):
             p.notes.append("no method made a file: the runtime keeps every size")
@@ -265,6 +271,16 @@ def _time_method(topology, kind: str, variants: list, target: str, sizes: list, 
     search = fastest(topology, kind, variants, target)
     times = {i: search.time(sizes[i], bound, beat[i]) for i in reversed(range(len(sizes)))}
     return [times[i] for i in range(len(sizes))]
+
+
+def _runtime_parts(sizes: list, spare: int, collectives: int) -> list[tuple]:
+    """Each collective's sizes for the runtime's own algorithms, split among the ``spare`` processes the methods'
+    tasks leave (one part, all sizes, where they leave none: the runtime's machines laid out once), the
+    largest sizes dealt round so that the parts take about as long; each part a task of its own, which lays the
+    machines out again (on a large machine seconds, against minutes for every size in one process)."""
+    count = max(1, min(len(sizes), spare // max(1, collectives)))
+    order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
+    return [tuple(sorted(order[k::count])) for k in range(count)]
 
 
 def _runtime_times(topology, kind: str, root: int, target: str, sizes: list, bound) -> tuple[list, list]:

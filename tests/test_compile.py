@@ -465,3 +465,20 @@ def test_methods_given_that_make_no_file_are_refused_as_synth_refuses_them(tmp_p
     err = capsys.readouterr().err
     assert done.value.code == 2 and "--methods: no method given made a file (hier for allgather:" in err
     assert not out.exists()
+
+
+def test_the_runtimes_sizes_are_shared_among_spare_processes_with_the_same_answer():
+    """Where the methods' tasks leave processes over, each collective's sizes for the runtime's own algorithms
+    are split among them (the largest dealt round); the runtime's times, its notes and the folder's choices are
+    the ones a single task makes."""
+    from colls.inputs import hardware
+    topo = hardware.load_topology("dgx-a100", nodes=2)
+    sizes = [1 << 10, 1 << 16, 1 << 20, 1 << 24, 1 << 28]
+    assert comp._runtime_parts(sizes, 0, 1) == [(0, 1, 2, 3, 4)]          # no process over: one task, all sizes
+    assert comp._runtime_parts(sizes, 6, 2) == [(1, 4), (0, 3), (2,)]      # 28, 24 and 20 bits first
+    got = []
+    for jobs in (1, 8):
+        plans = comp.plan(topo, ["allreduce", "allgather"], sizes=sizes, methods=["ring"], jobs=jobs)
+        got.append([([None if t is None else (t.time_us, t.extra) for t in p.nccl], p.notes, repr(p.ranges))
+                    for p in plans])
+    assert got[0] == got[1]
