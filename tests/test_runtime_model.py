@@ -123,10 +123,8 @@ def test_h100_allreduce_default_takes_nvls_for_large_calls():
 
 @pytest.mark.parametrize("name, nodes, winners", [("dgx-h100", 1, {"nvls"}), ("dgx-a100", 4, {"ring", "tree"})])
 def test_default_prunes_only_what_cannot_win(name, nodes, winners):
-    """RuntimeDefault.time times the cheapest algorithm to simulate first (the last winner first among equals)
-    and the others only as far as they could beat it: the same algorithm, protocol, channels and time as
-    timing every algorithm in full, sizes in any order. On 4 x DGX A100 the ring is timed first (at most 64
-    threadblocks in the engine against the tree's 252) and the tree still wins where it is faster."""
+    """RuntimeDefault.time times the last winner first and the others only as far as they could beat it:
+    the same algorithm, protocol, channels and time as timing every algorithm in full, sizes in any order."""
     t = topo(name, nodes)
     pruned, full = RuntimeDefault(t, "allreduce"), RuntimeDefault(t, "allreduce")
     algorithms = set()
@@ -136,8 +134,6 @@ def test_default_prunes_only_what_cannot_win(name, nodes, winners):
         assert (got.extra, got.time_us) == (want.extra, want.time_us)
         algorithms.add(got.extra["algorithm"])
     assert winners <= algorithms and len(algorithms) >= 2     # the lead changed at least once
-    if nodes > 1:
-        assert pruned.cost[pruned.algorithms.index("ring")] < pruned.cost[pruned.algorithms.index("tree")]
 
 
 def test_forced_algorithm_and_its_refusal():

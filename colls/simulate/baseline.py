@@ -437,7 +437,6 @@ class RuntimeDefault:
         wanted = tuple(algorithms or tgt.algorithms)
         self.timers, self.algorithms, self.notes = [], [], []
         self.lead = 0                   # the timer that won the last size timed: the first one timed next
-        self._cost = None
         for a in wanted:
             if a == "tree" and kind != "allreduce":
                 if algorithms:
@@ -490,26 +489,14 @@ class RuntimeDefault:
         best.label = self.label
         return best
 
-    @property
-    def cost(self) -> list:
-        """Each timer's cost to simulate, roughly: the most threadblocks its engine runs for one configuration
-        (NVLS, in closed form: none). NCCL's ring on alike nodes runs a few, its tree a few per node."""
-        if self._cost is None:
-            self._cost = [max((len((m.quotient() or m).tbs) for _, _, m, _ in t.fastest.entries), default=0)
-                          if isinstance(t, Baseline) else 0 for t in self.timers]
-        return self._cost
-
     def time(self, size: int, bound=None) -> Timing:
-        """:meth:`pick` of every algorithm's timing at ``size``. The algorithms are timed cheapest first (the
-        last size's winner first among equals: sizes near each other mostly have the same one), and each after
-        the first only as far as it could beat the best so far: a configuration whose lower bound is above the
-        time to beat is not simulated, and a simulation that passes it stops there (:meth:`Fastest.time`), so
-        the one picked is the one timing them all in full would pick. Cheapest first: on 32 x DGX A100 NCCL's
-        ring runs at most 64 threadblocks in the engine (its alike ranks simulated once) and its tree up to 2,044,
-        so the ring's time, found in milliseconds, is the one the tree's simulations stop at."""
+        """:meth:`pick` of every algorithm's timing at ``size``. The last size's winner is timed first (sizes
+        near each other mostly have the same one), and the others only as far as they could beat it: a
+        configuration whose lower bound is above the time to beat is not simulated (:meth:`Fastest.time`),
+        so the one picked is the one timing them all in full would pick."""
         timings: list = [None] * len(self.timers)
         best = None
-        for i in sorted(range(len(self.timers)), key=lambda i: (self.cost[i], i != self.lead, i)):
+        for i in [self.lead] + [i for i in range(len(self.timers)) if i != self.lead]:
             t = self.timers[i].time(size, bound, beat=best)
             if t is not None and t.served:
                 timings[i] = t
