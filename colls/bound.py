@@ -332,7 +332,8 @@ def _reversal_map(topo: Topology) -> dict | None:
         g = topo.graph
         swap = {}
         for v in g.nodes:
-            if isinstance(v, str) and v.endswith(".tx") and g.has_node(v[:-3] + ".rx"):
+            if (isinstance(v, str) and v.endswith(".tx") and g.has_node(v[:-3] + ".rx")
+                    and g.nodes[v].get("kind") == g.nodes[v[:-3] + ".rx"].get("kind")):
                 swap[v], swap[v[:-3] + ".rx"] = v[:-3] + ".rx", v
         back = lambda v: swap.get(v, v)    # noqa: E731
         ok = all(g.has_edge(back(v), back(u)) and g.edges[back(v), back(u)] == d for u, v, d in g.edges(data=True))
