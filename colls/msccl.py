@@ -355,17 +355,16 @@ class _Reader:
         line = elem.sourceline
         value = strtol(raw)
         loaded = value if key in _INT64_ATTRS else as_int(value)
-        if loaded != value and _INT_LITERAL.fullmatch(raw):
-            self.add("format-number", f"<{elem.tag}> {key}=\"{printable(raw, 40)}\" is beyond int32: the loader "
-                     f"keeps strtol's value in an int and reads {loaded}", where[0], where[1], where[2], line=line)
-            return loaded
-        value = loaded
         if not _INT_LITERAL.fullmatch(raw):
             # the loader reads it with strtol all the same (digits as far as they go, else 0): an invalid file,
             # like any other, whose checks then run on the value the loader gets
-            self.add("format-number", f"<{elem.tag}> {key}={raw!r} is not an integer; the loader reads {value}",
+            self.add("format-number", f"<{elem.tag}> {key}={raw!r} is not an integer; the loader reads {loaded}",
                      where[0], where[1], where[2], line=line)
-            return value
+            return loaded
+        if loaded != value:
+            self.add("format-number", f"<{elem.tag}> {key}=\"{printable(raw, 40)}\" is beyond int32: the loader "
+                     f"keeps strtol's value in an int and reads {loaded}", where[0], where[1], where[2], line=line)
+            return loaded
         body = raw.strip().lstrip("+-")
         severity = "warning"                  # read as meant, only spelled unusually
         if body[:2].lower() == "0x":
