@@ -127,6 +127,13 @@ def without_option(f):
                         "K links, default 1). gpu:RANK is refused (a different job).")(f)
 
 
+def _jobs_option(f):
+    """--jobs of the commands that simulate in worker processes (compile, simulate)."""
+    return click.option("--jobs", type=Whole(1, 1024), default=None, metavar="N",
+                        help="Processes for the simulations (default: the processors available); the result is "
+                             "the same.")(f)
+
+
 def _terminal_lines():
     """A callback that prints ``colls: LINE`` on stderr when stderr is a terminal; None for scripts."""
     return (lambda line: click.echo(f"colls: {line}", err=True)) if sys.stderr.isatty() else None
@@ -493,8 +500,7 @@ NCCL_STEPS_BYTES = 8          # a buffer holds NCCL_STEPS slots of at least a by
               help="milp: a communication sketch (default: derived from the machine).")
 @click.option("--time-limit", type=float, default=None, metavar="SECONDS",
               help="milp: solver time per stage, CP-SAT deterministic seconds (default 2 here, 10 in synth).")
-@click.option("--jobs", type=Whole(1, 1024), default=None, metavar="N",
-              help="Processes for the simulations (default: the processors available); the result is the same.")
+@_jobs_option
 @click.option("--margin", type=Number(0, 99), default=None, metavar="PCT",
               help="How much faster (percent) a file must be than the runtime's own algorithm to take a size "
                    "(default: the simulator's measured error in the size's band, bench/CALIBRATION.md).")
@@ -738,8 +744,7 @@ BASELINES = ("nccl", "nccl-ring", "nccl-tree", "nccl-nvls")
               help="Draw one call (--size) per link and per threadblock, and print the links' utilisation.")
 @click.option("--size", "timeline_size", default=None, metavar="SIZE", help="The call size --timeline shows.")
 @click.option("--json", "as_json", is_flag=True, help="Every number, as JSON.")
-@click.option("--jobs", type=Whole(1, 1024), default=None, metavar="N",
-              help="Processes for the simulations (default: the processors available); the result is the same.")
+@_jobs_option
 def simulate_cmd(paths, hardware, nodes, sizes, inplace, launch, target, baseline, collective, root, plot_path,
                  timeline_path, timeline_size, as_json, jobs):
     """Time MSCCL files (from any generator), or MSCCL++ plans colls wrote (FILE.json), on a machine, per call
