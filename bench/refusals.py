@@ -132,9 +132,8 @@ class _Case:
             args, self.stage = COMMANDS[method](profile, nodes, kind, self.tmp.name, files or {})
             self.out = None
         else:
-            args = ["synth", "--hardware", profile, "--nodes", str(nodes), "--method", method, "--collective",
-                    kind, "--no-simulate", "-o", self.out, "--target", target] + (
-                        ["--root", "0"] if kind in ("broadcast", "reduce") else [])
+            args = ["synth", *_machine(profile, nodes), "--method", method, "--collective", kind, "--no-simulate",
+                    "-o", self.out, "--target", target, *_root(kind)]
             args += ["--quiet"] if method == "milp" else []
         self.proc = multiprocessing.get_context("fork").Process(target=_child, args=(args, self.err, self.stages))
         self.t0 = time.perf_counter()
