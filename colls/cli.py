@@ -679,8 +679,8 @@ def verify_cmd(path, target, hardware, nodes, sms, buffsize, as_json):
 @_hardware_options
 @without_option
 @click.option("--collective", required=True, type=Choice(KINDS))
-@click.option("--size", type=Whole(1, INT64_MAX), default=None,
-              help="Message size in bytes: also print the time.")
+@click.option("--size", default=None, metavar="SIZE",
+              help="A call size (4096, 1GB; 1KB = 1024 bytes): also print the time at it.")
 @click.option("--root", type=Whole(0, MAX_NODES * MAX_COPIES), default=0, show_default=True)
 @click.option("--trees", is_flag=True, help="Also pack spanning trees with no step limit and compare.")
 @click.option("--target", type=Choice(sorted(TARGETS)), default="exe", show_default=True,
@@ -693,9 +693,9 @@ def bound_cmd(hardware, nodes, collective, size, root, trees, target, as_json):
     copy rate)."""
     from colls import bound
     from colls.simulate import SUMMARY_SIZES
+    from colls.sizes import parse_size
+    size = parse_size(size, "--size") if size is not None else None
     topo = _load(hardware, nodes)
-    if size is not None and size <= 0:
-        raise CollsError(f"must be > 0, got {size}", key="--size")
     _check_root(root, topo)
     b = bound.bound(topo, collective, root=root)
     runtime = bound.runtime_optimum(topo, collective, target, root=root, link_optimum=b)

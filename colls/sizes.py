@@ -24,6 +24,11 @@ def size_text(nbytes: int) -> str:
     return f"{nbytes}B"
 
 
+def parse_size(text: str, key: str = "--size") -> int:
+    """One size as users write it: ``4096``, ``1GB``."""
+    return _one_size(str(text), key)
+
+
 def _one_size(text: str, key: str) -> int:
     m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
     if not m or m.group(2).upper() not in _UNITS:

@@ -328,6 +328,7 @@ CASES = [
     # bound
     (["bound", "--hardware", "@tiny.yaml", "--collective", "allgather", "--size", "0"], "--size"),
     (["bound", "--hardware", "@tiny.yaml", "--collective", "allgather", "--size", str(2**63)], "--size"),
+    (["bound", "--hardware", "@tiny.yaml", "--collective", "allgather", "--size", "1.5GB"], "--size"),
     (["bound", "--hardware", "@tiny.yaml", "--collective", "broadcast", "--root", "5"], "--root"),
     (["bound", "--hardware", "@tiny.yaml", "--collective", "allgather", "--nodes", BIG], "--nodes"),
     (["bound", "--hardware", "@lat-huge.yaml", "--collective", "allgather"], "link_classes.nv.latency"),

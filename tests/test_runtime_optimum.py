@@ -92,6 +92,10 @@ def test_bound_json_has_the_runtime_optimum_at_the_size_asked():
     rows = data["runtime_optimum"]["sizes"]
     assert [r["size_bytes"] for r in rows] == [4096]
     assert data["runtime_optimum"]["target"] == "rccl" and rows[0]["time_us"] > 0
+    # the size in the words every other command takes
+    same = json.loads(_run("bound", "--hardware", "mi250", "--collective", "allreduce", "--target", "rccl",
+                           "--size", "4KB", "--json"))
+    assert same == data
 
 
 def test_synth_summary_gives_the_share_of_the_runtime_optimum(tmp_path):
