@@ -272,6 +272,7 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
                           f"one threadblock; {target.name} allows {target.max_steps}"), []
         if not bad:
             _dependencies(instrs, schedule.collective)
+            _holds(instrs)
             bad = _order(tbs)
         if not bad:
             bad = _wait_cycles(instrs, tbs, fifo_messages(options.proto), image)
@@ -909,6 +910,25 @@ def _dependencies(instrs: list[_Instr], coll: Collective) -> None:
         for loc in writes:
             last_writer[loc] = ins
             readers[loc] = []
+
+
+def _holds(instrs: list[_Instr]) -> None:
+    """Add to a send's ``deps`` the instructions that send the op it is held for (``Op.after``: its rank's send of
+    that step and lane to that destination), where they come earlier in time.
+
+    A send whose data is there from the start runs as soon as its threadblock reaches it, and a threadblock
+    whose first step it is reaches it at once; a method that timed it later (milp, :func:`colls.synth.milp._holds`)
+    says what it waits for. A wait that goes back in time only, like every other dependency, cannot make a small
+    call wait on itself (:func:`_wait_cycles`)."""
+    held = [ins for ins in instrs if ins.send is not None and ins.recv is None and ins.send.after]
+    if not held:
+        return
+    at: dict = defaultdict(list)    # (rank, step, lane, destination) -> the instructions that send it there
+    for ins in instrs:
+        if ins.send is not None:
+            at[ins.rank, ins.send.step, ins.send.lane, ins.send.dst].append(ins)
+    for ins in held:
+        ins.deps.update(d for d in at.get((ins.rank, *ins.send.after), ()) if d.time < ins.time)
 
 
 def _accesses(ins: _Instr, coll: Collective) -> tuple[set, set]:

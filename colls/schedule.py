@@ -46,6 +46,10 @@ class Op:
     reduce: tuple[str, int] | None = None
     lane: int = 0
     route: tuple = ()
+    # (step, lane, destination) of an earlier send of the same rank this op's send waits for, or (): a send
+    # whose data is there from the call's start runs at once in a file, where a method that timed it later
+    # (milp) would have it wait (:func:`colls.lower._holds`)
+    after: tuple = ()
 
     @property
     def local(self) -> bool:
@@ -88,7 +92,8 @@ class Op:
             red = (rb, ro)
         else:
             red = ()
-        return (self.step, (self.src - k) % n, (self.dst - k) % n, sb, so, db, do, self.count, red, self.lane)
+        return (self.step, (self.src - k) % n, (self.dst - k) % n, sb, so, db, do, self.count, red, self.lane,
+                self.after)
 
     def describe(self) -> str:
         what = "reduce" if self.reduce else "copy"
@@ -148,7 +153,8 @@ class Schedule:
                     ops.append(Op(op.step, op.src, op.dst, op.src_buf, (op.src_index + m) * instances + k,
                                   op.dst_buf, (op.dst_index + m) * instances + k, 1,
                                   None if op.reduce is None else (op.reduce[0], (op.reduce[1] + m) * instances + k),
-                                  op.lane + k * nl, op.route))
+                                  op.lane + k * nl, op.route,
+                                  (op.after[0], op.after[1] + k * nl, op.after[2]) if op.after else ()))
         return Schedule(self.collective.with_chunks(self.collective.chunks * instances), ops,
                         self.method, self.scratch * instances, dict(self.info, instances=instances))
 

@@ -105,6 +105,37 @@ def test_more_dependencies_than_one_become_nops():
     check(lower(schedule, TARGETS["exe"]))
 
 
+def test_a_held_send_waits_for_the_op_it_is_held_for():
+    """``Op.after``: rank 0's two sends of its own chunk read the input, so both would start at once; held for
+    the first (another threadblock, another peer), the second's step waits for the first's, and replication
+    keeps each copy's hold within its copy."""
+    coll = Collective("allgather", 3, 1)
+    ops = [Op(0, r, r, "i", 0, "o", r) for r in range(3)]
+    ops += [Op(1, 0, 1, "i", 0, "o", 0, lane=0), Op(2, 0, 2, "i", 0, "o", 0, lane=1, after=(1, 0, 1)),
+            Op(1, 1, 0, "i", 0, "o", 1), Op(1, 1, 2, "i", 0, "o", 1, lane=1),
+            Op(1, 2, 0, "i", 0, "o", 2), Op(1, 2, 1, "i", 0, "o", 2, lane=1)]
+    for copies in (1, 2):
+        schedule = Schedule(coll, ops, "direct").replicate(copies)
+        schedule.check()
+        program = lower(schedule, TARGETS["exe"])
+        check(program)
+        tbs = {tb.id: tb for tb in program.gpus[0].tbs}
+        to2 = [tb for tb in tbs.values() if tb.send == 2]
+        to1 = [tb for tb in tbs.values() if tb.send == 1]
+        assert len(to2) == len(to1) == copies
+        senders = {tb.id for tb in to1}
+        waits = [{st.depid for st in tb.steps} & senders for tb in to2]
+        assert all(len(w) == 1 for w in waits) and len(set.union(*waits)) == copies    # each copy its own
+        for tb in to2:
+            for st in tb.steps:
+                if st.depid in senders:
+                    assert tbs[st.depid].steps[st.deps].hasdep == 1
+        free = lower(Schedule(coll, [replace(op, after=()) for op in ops], "direct").replicate(copies),
+                     TARGETS["exe"])
+        senders = {tb.id for tb in free.gpus[0].tbs if tb.send == 1}
+        assert not any(st.depid in senders for tb in free.gpus[0].tbs for st in tb.steps if tb.send == 2)
+
+
 def test_step_limit_splits_across_channels():
     small = replace(TARGETS["exe"], max_steps=6)
     program = lower(ring_allgather(16), small)

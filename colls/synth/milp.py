@@ -61,10 +61,16 @@ lane's are in flight, from their start until the receiver has them. Without it t
 transfers across the nodes a copy apart, where the file sends two and waits out their 14 us to the other node
 (2 x DGX-2 alltoall: the 32 transfers GPU 0 sends GPU 16 end 44 us after the solution said, 217 us simulated
 against an objective of 173). A reduction's ops follow the partial sums' arrivals (:meth:`_Builder._reduce`),
-the order a GPU adds them in. What it leaves out: the receiving threadblocks' turns, and the copies of the file
-(``--instances``). At the solved size, the simulated time of the file as solved (one copy) over the objective, 2
-nodes of every shipped profile: allgather 1.02-1.09x, reduce-scatter 1.00-1.13x, allreduce 1.02-1.11x, alltoall
-1.00-1.21x (MI250's; 1.19 before the objective's steps too), 15 of the 20 within 10 % (without the FIFO: 0.99-1.07,
+the order a GPU adds them in. A file has no clock: a send whose data is there from the start (a leaf's partial
+sum, a source's own chunk) runs when its threadblock reaches it, at once where it is the first step, so each is
+held until the send of its GPU the solution has arrive last before it starts (:func:`_holds`, ``Op.after``; not
+in an alltoall):
+2 x DGX-2 reduce-scatter 85.2 -> 76.8 us at 1 MB (objective 75.6), allreduce 117.8 -> 109.4 (107.4). What it
+leaves out: the receiving threadblocks' turns, and the copies of the file (``--instances``). At the solved size,
+the simulated time of the file as solved (one copy) over the objective, 2 nodes of every shipped profile:
+allgather 1.02-1.09x, reduce-scatter 1.00-1.13x, allreduce 1.02-1.11x, alltoall 1.00-1.21x (MI250's), 16 of the
+20 within 10 % (over: reduce-scatter on NDv2 1.132, allreduce on MI250 1.108, alltoall on NDv2 1.115 and MI250
+1.207; without the holds 15, DGX-2's reduce-scatter 1.127 and allreduce 1.097; without the FIFO: 0.99-1.07,
 1.00-1.13, 0.93-1.15, 1.10-1.37, 13 of 20; any two at once and additions in the order the transfers start as
 well: 1.02-1.14, 1.17-1.27, 1.12-1.23, 1.12-1.38, 4 of 20; link time alone: 2.2-10.7x). Files at 1 MB, one copy, before the lanes and the arrival order -> with them
 -> with the FIFO too: reduce-scatter 2 x DGX A100 76.7 -> 68.3 -> 68.2 us, 2 x DGX H100 69.5 -> 60.0 -> 60.0, 2 x
@@ -156,6 +162,7 @@ of partial sums; overlapping the two halves of allreduce in one model.
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from collections import defaultdict
@@ -318,6 +325,9 @@ class _Builder:
         self.costs = model_for("Simple", topology.gpu_model())
         self.copy_us = self.chunk_bytes / (tb_rate(topology.gpu_model()) * 1000)
         self.tail_us = 0.0          # what runs after the last transfer (an in-place alltoall's copies)
+        # each transfer as timed by the solution: (step, source, destination, start, arrival, whether its data
+        # is there from the call's start), in one phase's time units (:func:`_holds`)
+        self.timed: list = []
 
     # --- problems -------------------------------------------------------------------------------------
     def connections(self, reverse: bool) -> tuple[dict, float]:
@@ -451,9 +461,15 @@ class _Builder:
             else:
                 ag = self.run("allgather", forward)
             first = 1 + max(op.step for op in ops)
-            ops += self._multicast(forward, ag, first, lambda c: (("o", c), ("o", c)), copy=False)
+            ops += self._multicast(forward, ag, first, lambda c: (("o", c), ("o", c)), copy=False, ready=False)
             scratch = 0
-        schedule = Schedule(self.coll, _lanes(ops, self.max_tbs), METHOD, scratch)
+        ops = _lanes(ops, self.max_tbs)
+        holds = _holds(self.timed)
+        if holds:
+            sends = {op.step: op for op in ops if not op.local}     # a transfer each step
+            ops = [replace(op, after=(y.step, y.lane, y.dst)) if not op.local and (y := sends.get(holds.get(op.step)))
+                   else op for op in ops]
+        schedule = Schedule(self.coll, ops, METHOD, scratch)
         schedule.info.update(self.facts(), lanes=len(schedule.lanes))
         if kind == "alltoall":
             schedule.info["staged_blocks"] = staged_blocks(ops, self.coll)
@@ -476,9 +492,11 @@ class _Builder:
     def _route(self, a: int, b: int) -> tuple:
         return self.topo.route(a, b)
 
-    def _multicast(self, problem: Problem, sol, first: int, slots, copy: bool = True) -> list[Op]:
+    def _multicast(self, problem: Problem, sol, first: int, slots, copy: bool = True,
+                   ready: bool = True) -> list[Op]:
         """Ops of a solved allgather/broadcast: the source sends from its slot, every receiver writes
-        its output slot and relays from there. ``slots(chunk) = ((src buf, idx), (dst buf, idx))``."""
+        its output slot and relays from there. ``slots(chunk) = ((src buf, idx), (dst buf, idx))``; ``ready``:
+        the sources' slots hold their data from the call's start (an allreduce's second phase: they do not)."""
         ops = []
         if copy:
             for q in range(self.n):
@@ -487,9 +505,10 @@ class _Builder:
             first = max(first, 1)
         order = sorted(sol.sends, key=lambda s: (s[3], s[4], s[0], s[1], s[2]))
         hop: dict = {}
-        for k, (c, u, v, _, _) in enumerate(order):
+        for k, (c, u, v, s, a) in enumerate(order):
             (sb, si), (db, di) = slots(c)
             src = (sb, si) if u == problem.chunks[c].src else (db, di)
+            self.timed.append((first + k, u, v, s, a, ready and u == problem.chunks[c].src))
             hop[c, v] = hop.get((c, u), 0) + 1
             ops.append(Op(first + k, u, v, *src, db, di, lane=_family(problem.chunks[c].src + c, hop[c, v]),
                           route=self._route(u, v)))
@@ -513,12 +532,13 @@ class _Builder:
         real = sorted(((T - s, T - a, k, v, u) for k, u, v, s, a in sol.sends))
         has_partial: set = set()
         ops = []
-        for step, (_, _, k, src, dst) in enumerate(real):
+        for step, (end, begin, k, src, dst) in enumerate(real):
             owner = problem.chunks[k].src
             from_slot = (partial, k) if (src, k) in has_partial else ("i", k)
             target = ("o", out(k, owner)) if dst == owner else (partial, k)
             operand = target if (dst, k) in has_partial else ("i", k)
             has_partial.add((dst, k))
+            self.timed.append((first + step, src, dst, begin, end, from_slot[0] == "i"))
             ops.append(Op(first + step, src, dst, *from_slot, *target, reduce=operand,
                           lane=_family(owner + k, depth[k, src]),
                           route=self._route(src, dst)))
@@ -541,10 +561,11 @@ class _Builder:
         for chunk in problem.chunks:
             rank_of.append(before.get(chunk, 0))
             before[chunk] = rank_of[-1] + 1
-        for k, (ch, u, v, _, _) in enumerate(order):
+        for k, (ch, u, v, s, a) in enumerate(order):
             chunk = problem.chunks[ch]
             q, (b,) = chunk.src, tuple(chunk.dests)
             j = rank_of[ch]
+            self.timed.append((1 + k, u, v, s, a, False))      # not held: see _holds
             src = where.get(ch, ("i", b * c + j))
             if v == b:
                 dst = (land, q * c + j)
@@ -560,6 +581,39 @@ class _Builder:
             for r in range(n):   # one copy per run of arrivals: the chunks before the rank's own, and after
                 ops += [Op(last, r, r, "s", a, "o", a, b - a) for a, b in ((0, r * c), ((r + 1) * c, n * c)) if b > a]
         return ops, base + max(transit.values())
+
+
+def _holds(timed: list) -> dict:
+    """step -> step: each transfer whose data is there from the call's start and that the solution starts
+    later, held until the transfer its GPU sends that the solution has arrive last by that start.
+
+    A file has no clock: such a send starts as soon as its threadblock reaches it, and where it is a
+    threadblock's first step, at once. Every leaf of a GPU then sends together and shares its links with the
+    transfers the solution timed first, which arrive late, and every addition or relay after them waits (2 x
+    DGX-2 reduce-scatter at 1 MB: 85.2 us simulated against an objective of 75.6; held, 76.8). A send ends no
+    later than it arrives, so the held one starts no later than the solution says where its GPU's sends before it
+    are on time. Held for a transfer the GPU receives as well, it waited on what the model leaves out (a
+    receiving threadblock's turns) and lost where calls take many passes: the same reduce-scatter at 1 GB 38.1 ->
+    31 GB/s busbw, against 38.6 held for sends. Times of one phase: an allreduce's second phase reads what the
+    first wrote, and holds nothing (its steps all come later: no hold reaches back into it). An alltoall's sends
+    are not held: a GPU pair's many transfers wait on the receiver's FIFO there, and a held send waits on every
+    such delay of the send before it (2 nodes, 1 MB: DGX-2 216.8 -> 225.5 us, NDv2 466.6 -> 473.3, objectives
+    213.9 and 418.4)."""
+    sent: dict = defaultdict(list)          # rank -> (arrival, step) of the transfers it sends
+    for step, u, _, _, a, _ in timed:
+        sent[u].append((a, step))
+    for events in sent.values():
+        events.sort()
+    out = {}
+    for step, u, _, s, _, ready in timed:
+        if ready and s > 0:
+            events = sent[u]
+            i = bisect.bisect_right(events, (s, math.inf)) - 1
+            while i >= 0 and events[i][1] > step:       # a later phase's (its times start again at 0)
+                i -= 1
+            if i >= 0:
+                out[step] = events[i][1]
+    return out
 
 
 def _family(family: int, hop: int) -> int:
