@@ -65,7 +65,8 @@ the order a GPU adds them in. A file has no clock: a send whose data is there fr
 sum, a source's own chunk) runs when its threadblock reaches it, at once where it is the first step, so each is
 held until the send of its GPU the solution has arrive last before it starts (:func:`_holds`, ``Op.after``; not
 in an alltoall):
-2 x DGX-2 reduce-scatter 85.2 -> 76.8 us at 1 MB (objective 75.6), allreduce 117.8 -> 109.4 (107.4). What it
+2 x DGX-2 reduce-scatter 85.2 -> 76.8 us at 1 MB (objective 75.6), allreduce 117.8 -> 109.4 (107.4); below the
+solved size they cost what they save there (one DGX-2's allreduce, 64 KB: 42.9 -> 49.5 us). What it
 leaves out: the receiving threadblocks' turns, and the copies of the file (``--instances``). At the solved size,
 the simulated time of the file as solved (one copy) over the objective, 2 nodes of every shipped profile:
 allgather 1.02-1.09x, reduce-scatter 1.00-1.13x, allreduce 1.02-1.11x, alltoall 1.00-1.21x (MI250's), 16 of the
