@@ -162,7 +162,7 @@ class Bound:
         for p in self.parts:
             lines.append(f"  {p.collective} part: {float(p.algbw):.2f} GB/s, cut: {p.cut_words}")
         if size_bytes is not None:
-            lines.append(f"  {size_bytes} bytes: at least {self.min_time_us(size_bytes):.2f} us")
+            lines.append(f"  {size_text(size_bytes)}: at least {self.min_time_us(size_bytes):.2f} us")
         return "\n".join(lines)
 
 
