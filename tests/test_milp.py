@@ -202,13 +202,14 @@ def test_sends_ready_at_the_start_are_held_as_the_solution_times_them(monkeypatc
 
 def test_holds_wait_for_an_earlier_send_of_the_same_gpu_in_the_same_phase():
     from colls.synth.milp import _holds
-    timed = [(1, 0, 1, 0, 10, True),       # starts at once: nothing to hold for
-             (2, 0, 2, 4, 14, False),      # relayed data: not held
-             (3, 1, 0, 0, 9, True),        # GPU 1's: arrives before step 4 starts, but sent by another GPU
-             (4, 0, 3, 12, 20, True),      # held for step 1 (arrived at 10), not step 2 (at 14)
-             (5, 0, 4, 14, 22, True),      # held for step 2, which arrives at 14 exactly
-             (9, 0, 5, 3, 8, False)]       # a second phase (its times from 0): holds nothing, is no target
-    assert _holds(timed) == {4: 1, 5: 2}
+    timed = [(1, 1, 0, 1, 0, 10, True),       # starts at once: nothing to hold for
+             (1, 2, 0, 2, 4, 14, False),      # relayed data: not held
+             (1, 3, 1, 0, 0, 9, True),        # GPU 1's: arrives before step 4 starts, but sent by another GPU
+             (1, 4, 0, 3, 12, 20, True),      # held for step 1 (arrived at 10), not step 2 (at 14)
+             (1, 5, 0, 4, 14, 22, True),      # held for step 2, which arrives at 14 exactly
+             (9, 9, 0, 5, 3, 8, False),       # a second phase (its times from 0): no target of the first's
+             (9, 10, 0, 6, 8, 12, True)]      # held for step 9, its own phase's
+    assert _holds(timed) == {4: 1, 5: 2, 10: 9}
 
 
 def test_lanes_per_pair_when_one_count_for_every_pair_exceeds_the_sms():

@@ -64,8 +64,7 @@ against an objective of 173). A reduction's ops follow the partial sums' arrival
 the order a GPU adds them in. A file has no clock: a send whose data is there from the start (a leaf's partial
 sum, a source's own chunk) runs when its threadblock reaches it, at once where it is the first step, so each is
 held until the send of its GPU the solution has arrive last before it starts (:func:`_holds`, ``Op.after``; not
-in an alltoall):
-2 x DGX-2 reduce-scatter 85.2 -> 76.8 us at 1 MB (objective 75.6), allreduce 117.8 -> 109.4 (107.4); below the
+in an alltoall): 2 x DGX-2 reduce-scatter 85.2 -> 76.8 us at 1 MB (objective 75.6), allreduce 117.8 -> 109.4 (107.4); below the
 solved size they cost what they save there (one DGX-2's allreduce, 64 KB: 42.9 -> 49.5 us). What it
 leaves out: the receiving threadblocks' turns, and the copies of the file (``--instances``). At the solved size,
 the simulated time of the file as solved (one copy) over the objective, 2 nodes of every shipped profile:
@@ -326,8 +325,8 @@ class _Builder:
         self.costs = model_for("Simple", topology.gpu_model())
         self.copy_us = self.chunk_bytes / (tb_rate(topology.gpu_model()) * 1000)
         self.tail_us = 0.0          # what runs after the last transfer (an in-place alltoall's copies)
-        # each transfer as timed by the solution: (step, source, destination, start, arrival, whether its data
-        # is there from the call's start), in one phase's time units (:func:`_holds`)
+        # each transfer as timed by the solution: (phase: its first step, step, source, destination, start,
+        # arrival, whether its data is there from the call's start), in its phase's time units (:func:`_holds`)
         self.timed: list = []
 
     # --- problems -------------------------------------------------------------------------------------
@@ -509,7 +508,7 @@ class _Builder:
         for k, (c, u, v, s, a) in enumerate(order):
             (sb, si), (db, di) = slots(c)
             src = (sb, si) if u == problem.chunks[c].src else (db, di)
-            self.timed.append((first + k, u, v, s, a, ready and u == problem.chunks[c].src))
+            self.timed.append((first, first + k, u, v, s, a, ready and u == problem.chunks[c].src))
             hop[c, v] = hop.get((c, u), 0) + 1
             ops.append(Op(first + k, u, v, *src, db, di, lane=_family(problem.chunks[c].src + c, hop[c, v]),
                           route=self._route(u, v)))
@@ -539,7 +538,7 @@ class _Builder:
             target = ("o", out(k, owner)) if dst == owner else (partial, k)
             operand = target if (dst, k) in has_partial else ("i", k)
             has_partial.add((dst, k))
-            self.timed.append((first + step, src, dst, begin, end, from_slot[0] == "i"))
+            self.timed.append((first, first + step, src, dst, begin, end, from_slot[0] == "i"))
             ops.append(Op(first + step, src, dst, *from_slot, *target, reduce=operand,
                           lane=_family(owner + k, depth[k, src]),
                           route=self._route(src, dst)))
@@ -566,7 +565,7 @@ class _Builder:
             chunk = problem.chunks[ch]
             q, (b,) = chunk.src, tuple(chunk.dests)
             j = rank_of[ch]
-            self.timed.append((1 + k, u, v, s, a, False))      # not held: see _holds
+            self.timed.append((1, 1 + k, u, v, s, a, False))      # not held: see _holds
             src = where.get(ch, ("i", b * c + j))
             if v == b:
                 dst = (land, q * c + j)
@@ -595,23 +594,23 @@ def _holds(timed: list) -> dict:
     later than it arrives, so the held one starts no later than the solution says where its GPU's sends before it
     are on time. Held for a transfer the GPU receives as well, it waited on what the model leaves out (a
     receiving threadblock's turns) and lost where calls take many passes: the same reduce-scatter at 1 GB 38.1 ->
-    31 GB/s busbw, against 38.6 held for sends. Times of one phase: an allreduce's second phase reads what the
-    first wrote, and holds nothing (its steps all come later: no hold reaches back into it). An alltoall's sends
+    31 GB/s busbw, against 38.6 held for sends. Within a phase (an allreduce's second reads what the first wrote,
+    and holds nothing): its times start again at 0. A transfer that arrives by another's start starts before it,
+    so its step comes first in either order the phases number them in (by start, or by arrival for a reduction):
+    every hold waits back in time. An alltoall's sends
     are not held: a GPU pair's many transfers wait on the receiver's FIFO there, and a held send waits on every
     such delay of the send before it (2 nodes, 1 MB: DGX-2 216.8 -> 225.5 us, NDv2 466.6 -> 473.3, objectives
     213.9 and 418.4)."""
-    sent: dict = defaultdict(list)          # rank -> (arrival, step) of the transfers it sends
-    for step, u, _, _, a, _ in timed:
-        sent[u].append((a, step))
+    sent: dict = defaultdict(list)          # (phase, rank) -> (arrival, step) of the transfers it sends
+    for phase, step, u, _, _, a, _ in timed:
+        sent[phase, u].append((a, step))
     for events in sent.values():
         events.sort()
     out = {}
-    for step, u, _, s, _, ready in timed:
+    for phase, step, u, _, s, _, ready in timed:
         if ready and s > 0:
-            events = sent[u]
+            events = sent[phase, u]
             i = bisect.bisect_right(events, (s, math.inf)) - 1
-            while i >= 0 and events[i][1] > step:       # a later phase's (its times start again at 0)
-                i -= 1
             if i >= 0:
                 out[step] = events[i][1]
     return out
