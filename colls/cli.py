@@ -309,6 +309,9 @@ def hardware_import(path, output, name, gpu_model, sms, link_bandwidth):
 @click.option("--rings", type=Whole(1, MAX_COPIES), default=None, help="ring: number of rings (default: best found).")
 @click.option("--trees-per-gpu", type=Whole(1, MAX_COPIES), default=None,
               help="trees: spanning trees per GPU (default: the best that fits the target).")
+@click.option("--leaves", type=Choice(("paired", "packed")), default=None,
+              help="trees reductions (reducescatter, reduce, allreduce): leaf children add their partial sums "
+                   "pairwise first, or the trees as packed (default: the faster simulated at 16MB and 256MB).")
 @click.option("--sketch", "sketch_path", default=None, metavar="FILE",
               help="milp: a communication sketch (colls YAML or TACCL JSON; default: derived from the machine).")
 @click.option("--time-limit", type=float, default=None, metavar="SECONDS",
@@ -324,7 +327,7 @@ def hardware_import(path, output, name, gpu_model, sms, link_bandwidth):
                    "in --json.")
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON instead of one line.")
 def synth(hardware, nodes, collective, method, output, target, instances, proto, min_bytes, max_bytes,
-          inplace_only, outofplace_only, chunks, root, rings, trees_per_gpu, sketch_path, time_limit, gap,
+          inplace_only, outofplace_only, chunks, root, rings, trees_per_gpu, leaves, sketch_path, time_limit, gap,
           max_threadblocks, quiet, simulate, as_json):
     """Synthesize a schedule, prove it, and write it as MSCCL XML (or, with --target mscclpp, as an MSCCL++
     JSON execution plan)."""
@@ -355,6 +358,11 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
     if options and method not in ("ring", "trees"):
         raise CollsError(f"does not apply to method {excerpt(method)}",
                          key="--rings" if rings is not None else "--trees-per-gpu")
+    if leaves is not None:
+        if method != "trees" or collective not in ("reducescatter", "reduce", "allreduce"):
+            raise CollsError(f"applies to the trees method's reducescatter, reduce and allreduce, not {method} "
+                             f"{collective}", key="--leaves")
+        options["pair_leaves"] = leaves == "paired"
     if max_threadblocks is not None:
         options["max_threadblocks"] = max_threadblocks
     milp_given = [(key, value) for key, value in (("--sketch", sketch_path), ("--time-limit", time_limit),

@@ -339,19 +339,36 @@ def _variants(topology, coll, name, target, options, sizes=None) -> Method:
     runtime would run for none of ``sizes`` is left out with its copies (they have more chunks per loop
     still)."""
     m = Method(name)
-    # simulated only: the files compile writes are lowered again with their byte ranges and proved then
-    # (lower_files), so the proof here would be a second one of the same threadblocks
-    first = _first(topology, coll, name, target, options, m, in_memory=True, prove=False)
-    if first is None:
-        return m
-    ncpl = first.program.nchunksperloop
-    if sizes is None or any(served(first.program, coll.kind, s) is None for s in sizes):
-        _copies(first, m)
-        _deeper(topology, coll, name, target, options, m)
+    ncpl = None
+    for opts in _pairings(name, coll.kind, options):
+        # simulated only: the files compile writes are lowered again with their byte ranges and proved then
+        # (lower_files), so the proof here would be a second one of the same threadblocks
+        first = _first(topology, coll, name, target, opts, m, in_memory=True, prove=False)
+        if first is None:
+            if m.variants:              # the paired trees refused: those as packed stand
+                m.refused = None
+                break
+            return m
+        if opts.get("pair_leaves") and not first.schedule.info.get("leaves_paired"):
+            continue                    # nothing to pair: the same trees as the first base
+        ncpl = ncpl or first.program.nchunksperloop
+        if sizes is None or any(served(first.program, coll.kind, s) is None for s in sizes):
+            _copies(first, m)
+            _deeper(topology, coll, name, target, opts, m)
     if not m.variants:
         m.refused = (f"the runtime would run its file for none of the sizes: {ncpl} chunks per loop divide the "
                      "element count of none of them")
     return m
+
+
+def _pairings(name: str, kind: str, options: dict) -> list:
+    """The options of each base the method's variants are made from: a trees reduction twice, its trees as
+    packed and with their leaves paired (:func:`colls.synth.trees._pair_leaves`), each with its copies and its
+    deeper file, since which wins depends on the size and the machine (2 x DGX A100 reduce-scatter: paired from
+    4 MB up; 2 x DGX H100: as packed from 16 KB to 16 MB); every other method once, as asked."""
+    if tune.pairs(name, kind) and "pair_leaves" not in options:
+        return [dict(options, pair_leaves=False), dict(options, pair_leaves=True)]
+    return [options]
 
 
 def _first(topology, coll, name, target, options, m: Method | None, make=tune.compile_fastest,
@@ -611,9 +628,10 @@ def _winner_words(r: Range) -> str:
         return "NCCL's own"
     name, _, proto = r.winner
     f = r.compiled.facts if r.compiled is not None else {}
-    depth = f.get("method_info", {}).get("depth", 1)
-    return (f"{name} {proto} x{f.get('instances', '?')}{', ' + tune.depth_words(name, depth) if depth > 1 else ''}, "
-            f"{f.get('threadblocks', '?')} threadblocks/GPU")
+    info = f.get("method_info", {})
+    depth = info.get("depth", 1)
+    return (f"{name} {proto} x{f.get('instances', '?')}{', ' + tune.depth_words(name, depth) if depth > 1 else ''}"
+            f"{', leaves paired' if info.get('leaves_paired') else ''}, {f.get('threadblocks', '?')} threadblocks/GPU")
 
 
 def _bytes_words(r: Range, target: str) -> str:

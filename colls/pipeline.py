@@ -85,7 +85,7 @@ class Compiled:
         compared = milp_words(f)
         if compared:
             line += f"; {compared}"
-        for note in ("chunks_note", "count_note", "copies_note", "depth_note", "short_note"):
+        for note in ("chunks_note", "count_note", "pairing_note", "copies_note", "depth_note", "short_note"):
             if f.get(note):
                 line += f"; {f[note]}"
         if f.get("root") is not None:
@@ -432,6 +432,7 @@ def proved(compiled: Compiled, *, progress: Callable[[str], None] | None = None,
 
 
 _KEPT_FACTS = ("trees_per_gpu_tried", "limited_by", "rings_tried", "chunks_note", "count_note", "trees_tuned",
+               "pairing_note", "pairing_tuned",
                "copies_note", "copies_tuned", "depth_note", "depth_tuned")
 
 

@@ -48,7 +48,8 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
     count = not (method != "trees" or options.get("trees_per_gpu") or collective.kind in ("broadcast", "reduce")
                  or trees.k_candidates(topology, collective)[0] <= 1)     # one tree per GPU: nothing to compare
     deepen = tune_depth and deepens(method, collective.kind) and "depth" not in options
-    if not count and instances is not None and not deepen:
+    pair = pairs(method, collective.kind) and "pair_leaves" not in options
+    if not count and instances is not None and not deepen and not pair:
         return pipeline.compile_schedule(topology, collective, method, options=options, **settings)
     unproved = dict(settings, in_memory=True, prove=False)      # simulated only; the one chosen is proved after
     if count:
@@ -56,7 +57,11 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
     else:
         chosen = pipeline.compile_schedule(topology, collective, method, options=options, **unproved)
         facts, score, timer, times = {}, None, None, None
-    grows = fits is None or fits(chosen)    # copies and depth only add to its threadblocks: none would fit
+    grows = fits is None or fits(chosen)    # copies, depth and pairs only add to its threadblocks: none would fit
+    if pair and grows:
+        chosen, more, score, timer, times = _paired_or_not(chosen, topology, collective, method, options, unproved,
+                                                           score, timer, times, fits)
+        facts.update(more)    # copies and depth only add to its threadblocks: none would fit
     if instances is None and grows:
         chosen, more, score, times = _fastest_copies(chosen, topology, score, timer, times)
         facts.update(more)
@@ -75,6 +80,45 @@ def _as_asked(chosen, settings: dict):
         return chosen           # already made so: in memory, not proved
     return pipeline.proved(chosen, progress=settings.get("progress"), in_memory=settings.get("in_memory", False),
                            prove=settings.get("prove", True))
+
+
+def pairs(method: str, kind: str) -> bool:
+    """Whether ``method``'s file of ``kind`` may pair leaves (:func:`colls.synth.trees._pair_leaves`)."""
+    return method == "trees" and kind in ("reducescatter", "reduce", "allreduce")
+
+
+def _paired_or_not(chosen, topology, collective, method, options: dict, unproved: dict, score, timer, times,
+                   fits=None):
+    """``chosen`` (a trees reduction, not proved) or the same trees with their leaves paired
+    (:func:`colls.synth.trees._pair_leaves`), whichever simulates faster at :data:`SIZES` (geometric mean; a
+    tie keeps the trees as they are). Pairing halves a vertex's chain of additions and the files differ in
+    nothing else, yet which is faster depends on the machine: on 2 x DGX A100 (reduce-scatter, one copy) the
+    paired file wins, on 2 x DGX H100 the unpaired one. Returns (file, facts, score, timer, times at each
+    size), as :func:`_fastest_count` does."""
+    opts = dict(options, trees_per_gpu=chosen.schedule.info["k"], pair_leaves=True)
+    try:
+        paired = pipeline.compile_schedule(topology, collective, method, options=opts, **unproved)
+    except CollsError:
+        return chosen, {}, score, timer, times
+    moved = paired.schedule.info.get("leaves_paired", 0)
+    if not moved or (fits is not None and not fits(paired)):
+        return chosen, {}, score, timer, times
+    if score is None:
+        timer, times = _timer(chosen, topology), {}
+        score = _score(timer, times=times)
+    if score is None:                   # not run by the runtime at the sizes compared: nothing to compare
+        return chosen, {}, score, timer, times
+    p_timer, p_times = _timer(paired, topology), {}
+    p_score = _score(p_timer, score, p_times)
+    facts: dict = {"pairing_tuned": {"sizes": [size_text(s) for s in SIZES], "leaves_paired": moved,
+                                     "geomean_us": {"as packed": round(score, 3),
+                                                    "leaves paired": None if p_score is None else round(p_score, 3)}}}
+    if p_score is None or p_score >= score:
+        return chosen, facts, score, timer, times
+    facts["pairing_note"] = (f"{moved} leaves send their partial sums to a sibling, which adds them to its own and "
+                             f"sends both on (a vertex's additions one after another: half as many): faster "
+                             f"simulated at {' and '.join(size_text(s) for s in SIZES)} than the trees as packed")
+    return paired, facts, p_score, p_timer, p_times
 
 
 def _fastest_count(topology, collective, method, options: dict, unproved: dict, fits=None):
@@ -241,7 +285,8 @@ def _doubling(chosen, score: float, make, topology, accept=None, times: dict | N
 
 
 # What a file's facts say of how its count of trees was chosen (kept when it is made again deeper)
-_COUNT_FACTS = ("trees_per_gpu_tried", "limited_by", "chunks_note", "count_note", "trees_tuned")
+_COUNT_FACTS = ("trees_per_gpu_tried", "limited_by", "chunks_note", "count_note", "trees_tuned", "pairing_note",
+                "pairing_tuned")
 
 # The methods whose schedules take a depth option (the pieces a part of the schedule is cut into, one after
 # another on its threadblocks), for which collectives, and how a summary names the depth: trees, whose vertices
@@ -296,6 +341,8 @@ def deepest(chosen, topology, collective, method: str, options: dict, unproved: 
     opts = dict(options)
     if method == "trees":
         opts["trees_per_gpu"] = chosen.schedule.info["k"]
+        if chosen.schedule.info.get("leaves_paired"):     # made deeper with its leaves paired, as chosen
+            opts["pair_leaves"] = True
     settings = dict(unproved, instances=chosen.facts["instances"])
 
     held = {1: times[SIZES[-1]]} if times and SIZES[-1] in times else {}   # each depth's time there, when taken

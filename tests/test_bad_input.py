@@ -174,6 +174,9 @@ CASES = [
     (SYNTH + ["--root", "1"], "--root"),                               # allgather has no root
     (SYNTH + ["--rings", "0"], "--rings"),
     (SYNTH + ["--method", "trees", "--trees-per-gpu", "0"], "--trees-per-gpu"),
+    (SYNTH + ["--method", "trees", "--leaves", "paired"], "--leaves"),           # an allgather adds nothing
+    (SYNTH[:4] + ["reducescatter", "-o", "x.xml", "--method", "ring", "--leaves", "packed"], "--leaves"),
+    (SYNTH[:4] + ["reducescatter", "-o", "x.xml", "--method", "trees", "--leaves", "both"], "--leaves"),
     (SYNTH + ["--method", "direct", "--rings", "2"], "--rings"),
     (SYNTH + ["--max-threadblocks", "0"], "--max-threadblocks"),
     (SYNTH + ["--max-threadblocks", "many"], "--max-threadblocks"),

@@ -201,3 +201,16 @@ def test_synth_chooses_the_depth_unless_chunks_is_given(tmp_path):
     assert deep["method_info"]["depth"] > 1 and "chunks a tree" in deep["depth_note"]
     assert asked["method_info"]["depth"] == 1 and "depth_tuned" not in asked
     assert deep["chunks_per_loop"] == asked["chunks_per_loop"] * deep["method_info"]["depth"]
+
+
+def test_leaves_pins_the_trees_pairing(tmp_path):
+    """--leaves packed / paired: the trees as packed or with their leaves paired, whatever the tuner would take."""
+    facts = {}
+    for leaves in ("packed", "paired"):
+        rc, out, err = run("synth", "--hardware", "dgx-a100", "--nodes", "2", "--collective", "reducescatter",
+                           "--method", "trees", "--leaves", leaves, "--instances", "1", "--chunks", "1",
+                           "--no-simulate", "--json", "-o", str(tmp_path / f"{leaves}.xml"))
+        assert rc == 0, err
+        facts[leaves] = json.loads(out)
+    assert facts["packed"]["method_info"]["leaves_paired"] == 0 < facts["paired"]["method_info"]["leaves_paired"]
+    assert (tmp_path / "packed.xml").read_text() != (tmp_path / "paired.xml").read_text()

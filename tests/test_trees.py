@@ -454,3 +454,39 @@ def test_the_chunks_of_one_tree_share_its_lane_so_a_reduction_chain_pipelines():
     size = 16 << 20
     t = {c: simulate(m.program, topo, "reducescatter", size)[0].time_us for c, m in made.items()}
     assert t[8] < t[1] / 1.8
+
+
+def test_paired_leaves_halve_a_vertexs_additions_and_keep_every_links_load():
+    """A vertex adds its children's partial sums one after another: at a switch node's root, 7 of them. With
+    the leaves paired (each second one, by offset, sends to the one before it through the same switch) the
+    roots add at most 4 local sums and the pairs add side by side; the links carry what they carried, and the
+    file is proved. A mesh has no two leaves behind one switch, and a reduce's pairs would load one GPU's port
+    more than the trees as packed: neither pairs."""
+    from colls import pipeline
+    topo = load_topology("dgx-a100", 2)
+    kind = Collective("reducescatter", topo.ngpus)
+    as_packed = trees.synthesize(topo, kind)
+    paired = trees.synthesize(topo, kind, pair_leaves=True)
+    assert as_packed.info["leaves_paired"] == 0 and paired.info["leaves_paired"] > 0
+
+    def most_local_sums(schedule):     # partial sums one GPU receives from its own node for one chunk
+        per: dict = {}
+        for op in schedule.ops:
+            if op.src // 8 == op.dst // 8 and op.src != op.dst:
+                key = (op.dst, op.dst_buf, op.dst_index)
+                per[key] = per.get(key, 0) + 1
+        return max(per.values())
+    assert most_local_sums(as_packed) == 7 and most_local_sums(paired) == 4
+
+    def link_chunks(schedule):
+        load: dict = {}
+        for op in schedule.ops:
+            for link in zip(op.route, op.route[1:]):
+                load[link] = load.get(link, 0) + op.count
+        return sorted(load.values())
+    assert link_chunks(paired) == link_chunks(as_packed)
+    made = pipeline.compile_schedule(topo, kind, "trees", options={"pair_leaves": True})
+    assert made.report.ok and made.schedule.info["leaves_paired"] == paired.info["leaves_paired"]
+    mesh = load_topology("mi250", 2)
+    assert trees.synthesize(mesh, Collective("reducescatter", mesh.ngpus), pair_leaves=True).info["leaves_paired"] == 0
+    assert trees.synthesize(topo, Collective("reduce", topo.ngpus, root=0), pair_leaves=True).info["leaves_paired"] == 0

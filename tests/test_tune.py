@@ -114,11 +114,13 @@ def test_trees_carry_as_many_chunks_a_tree_as_simulate_fastest():
     """One chunk a tree on 2 x dgx-a100: every vertex's chain of reductions runs one threadblock at a time
     (the runtime finishes a step's chunk before the next threadblock starts), 52 GB/s busbw at 16 MB and 59 at
     64 MB for the reduce-scatter where NCCL's ring reaches about 100 and 150. The default file carries the
-    chunks a tree that simulate fastest; --chunks given (tune_depth=False) keeps one."""
+    chunks a tree that simulate fastest; --chunks given (tune_depth=False) keeps one. (The trees as packed: with
+    their leaves paired the chains are half as long, test_trees_reductions_pair_their_leaves...)"""
     topo = load_topology("dgx-a100", 2)
     coll = Collective("reducescatter", topo.ngpus)
-    deep = tune.compile_fastest(topo, coll, "trees")
-    one = tune.compile_fastest(topo, coll, "trees", tune_depth=False)
+    as_packed = {"pair_leaves": False}
+    deep = tune.compile_fastest(topo, coll, "trees", options=as_packed)
+    one = tune.compile_fastest(topo, coll, "trees", options=as_packed, tune_depth=False)
     depth = deep.schedule.info["depth"]
     tried = {int(d): t for d, t in deep.facts["depth_tuned"]["geomean_us"].items()}
     assert depth > 1 and tried[depth] == min(tried.values()) and "depth_tuned" not in one.facts
@@ -221,3 +223,20 @@ def test_a_trees_count_no_plan_holds_ends_the_count_search(monkeypatch):
     r = tune.compile_fastest(topo, Collective("allreduce", topo.ngpus), "trees", fits=lambda made: False,
                              in_memory=True, prove=False, target="exe")
     assert calls == [1] and r.facts["instances"] == 1
+
+
+def test_trees_reductions_pair_their_leaves_where_that_simulates_faster():
+    """The trees as packed and with their leaves paired differ in nothing but a vertex's chain of additions;
+    which is faster depends on the machine, so the default file is the faster at the sizes copies and depth
+    are chosen at, and says so; compile makes both (colls.compile._pairings), each with its copies and depth."""
+    from colls import compile as comp
+    topo = load_topology("dgx-a100", 2)
+    made = tune.compile_fastest(topo, Collective("reducescatter", topo.ngpus), "trees", in_memory=True, prove=False)
+    tuned = made.facts["pairing_tuned"]
+    times = tuned["geomean_us"]
+    assert tuned["leaves_paired"] > 0 and None not in times.values()
+    assert (made.schedule.info["leaves_paired"] > 0) == (times["leaves paired"] < times["as packed"])
+    assert ("pairing_note" in made.facts) == (made.schedule.info["leaves_paired"] > 0)
+    assert [o.get("pair_leaves") for o in comp._pairings("trees", "allreduce", {})] == [False, True]
+    assert comp._pairings("trees", "allgather", {}) == [{}] and comp._pairings("ring", "reducescatter", {}) == [{}]
+    assert comp._pairings("trees", "reduce", {"pair_leaves": True}) == [{"pair_leaves": True}]
