@@ -341,6 +341,8 @@ def _variants(topology, coll, name, target, options, sizes=None) -> Method:
     m = Method(name)
     ncpl = None
     for opts in _pairings(name, coll.kind, options):
+        if opts.get("pair_leaves") and m.variants and 2 * len(m.variants[0].schedule.ops) > tune.DEEP_OPS:
+            break       # a second base costs what a doubling of the depth does: not past the ops budget either
         # simulated only: the files compile writes are lowered again with their byte ranges and proved then
         # (lower_files), so the proof here would be a second one of the same threadblocks
         first = _first(topology, coll, name, target, opts, m, in_memory=True, prove=False)
@@ -365,7 +367,9 @@ def _pairings(name: str, kind: str, options: dict) -> list:
     """The options of each base the method's variants are made from: a trees reduction twice, its trees as
     packed and with their leaves paired (:func:`colls.synth.trees._pair_leaves`), each with its copies and its
     deeper file, since which wins depends on the size and the machine (2 x DGX A100 reduce-scatter: paired from
-    4 MB up; 2 x DGX H100: as packed from 16 KB to 16 MB); every other method once, as asked."""
+    4 MB up; 2 x DGX H100: as packed from 16 KB to 16 MB); every other method once, as asked. The second base
+    is made only while twice the first's ops are within :data:`colls.tune.DEEP_OPS`, as a deeper file is: on
+    16 x DGX A100 (16,256 and 32,512 ops) both took compile from 91 to 123 s."""
     if tune.pairs(name, kind) and "pair_leaves" not in options:
         return [dict(options, pair_leaves=False), dict(options, pair_leaves=True)]
     return [options]
