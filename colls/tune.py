@@ -58,17 +58,13 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
         chosen = pipeline.compile_schedule(topology, collective, method, options=options, **unproved)
         facts, score, timer, times = {}, None, None, None
     grows = fits is None or fits(chosen)    # copies, depth and pairs only add to its threadblocks: none would fit
+    grow = dict(copies=instances is None and grows, deepen=deepen and grows)
+    chosen, grown, score = _grown(chosen, topology, collective, method, options, unproved, fits, score, timer,
+                                  times, **grow)
     if pair and grows:
-        chosen, more, score, timer, times = _paired_or_not(chosen, topology, collective, method, options, unproved,
-                                                           score, timer, times, fits)
-        facts.update(more)    # copies and depth only add to its threadblocks: none would fit
-    if instances is None and grows:
-        chosen, more, score, times = _fastest_copies(chosen, topology, score, timer, times)
-        facts.update(more)
-    if deepen and grows:
-        chosen, more = deepest(chosen, topology, collective, method, options, unproved, score, fits, hold=True,
-                               times=times)
-        facts.update(more)
+        chosen, grown = _paired_or_not(chosen, grown, score, topology, collective, method, options, unproved, fits,
+                                       grow)
+    facts.update(grown)
     result = _as_asked(chosen, settings)
     result.facts.update(facts)
     return result
@@ -87,38 +83,59 @@ def pairs(method: str, kind: str) -> bool:
     return method == "trees" and kind in ("reducescatter", "reduce", "allreduce")
 
 
-def _paired_or_not(chosen, topology, collective, method, options: dict, unproved: dict, score, timer, times,
-                   fits=None):
-    """``chosen`` (a trees reduction, not proved) or the same trees with their leaves paired
-    (:func:`colls.synth.trees._pair_leaves`), whichever simulates faster at :data:`SIZES` (geometric mean; a
-    tie keeps the trees as they are). Pairing halves a vertex's chain of additions and the files differ in
-    nothing else, yet which is faster depends on the machine: on 2 x DGX A100 (reduce-scatter, one copy) the
-    paired file wins, on 2 x DGX H100 the unpaired one. Returns (file, facts, score, timer, times at each
-    size), as :func:`_fastest_count` does."""
-    opts = dict(options, trees_per_gpu=chosen.schedule.info["k"], pair_leaves=True)
+def _grown(chosen, topology, collective, method, options: dict, unproved: dict, fits, score, timer, times, *,
+           copies: bool, deepen: bool) -> tuple:
+    """``chosen`` with its copies (:func:`_fastest_copies`) and then its depth (:func:`deepest`) chosen, as asked:
+    (the file, the facts that say what was tried, its score at :data:`SIZES` or None when not known)."""
+    facts: dict = {}
+    if copies:
+        chosen, more, score, times = _fastest_copies(chosen, topology, score, timer, times)
+        facts.update(more)
+    if deepen:
+        deeper, more = deepest(chosen, topology, collective, method, options, unproved, score, fits, hold=True,
+                               times=times)
+        facts.update(more)
+        if deeper is not chosen:
+            chosen, score = deeper, None
+    return chosen, facts, score
+
+
+def _paired_or_not(grown, facts: dict, score, topology, collective, method, options: dict, unproved: dict, fits,
+                   grow: dict) -> tuple:
+    """``grown`` (a trees reduction with its copies and depth chosen, not proved; ``facts`` say how, ``score``
+    its score when known) or the same trees with their leaves paired (:func:`colls.synth.trees._pair_leaves`),
+    its copies and depth chosen the same way, whichever simulates faster at :data:`SIZES` (geometric mean; a tie
+    keeps the trees as packed). The two files differ at first in nothing but a vertex's chain of additions, yet
+    which is faster depends on the machine and on the copies and depth each then takes (on 2 x DGX A100 the
+    paired reduce-scatter; on 2 x DGX H100, paired at one copy was faster at those sizes, and as packed with
+    its 2 copies and 8 chunks a tree, faster still): so both are grown before they are compared. Returns
+    (file, facts)."""
+    opts = dict(options, trees_per_gpu=grown.schedule.info["k"], pair_leaves=True)
     try:
         paired = pipeline.compile_schedule(topology, collective, method, options=opts, **unproved)
     except CollsError:
-        return chosen, {}, score, timer, times
+        return grown, facts
     moved = paired.schedule.info.get("leaves_paired", 0)
     if not moved or (fits is not None and not fits(paired)):
-        return chosen, {}, score, timer, times
+        return grown, facts
     if score is None:
-        timer, times = _timer(chosen, topology), {}
-        score = _score(timer, times=times)
+        score = _score(_timer(grown, topology))
     if score is None:                   # not run by the runtime at the sizes compared: nothing to compare
-        return chosen, {}, score, timer, times
-    p_timer, p_times = _timer(paired, topology), {}
-    p_score = _score(p_timer, score, p_times)
-    facts: dict = {"pairing_tuned": {"sizes": [size_text(s) for s in SIZES], "leaves_paired": moved,
-                                     "geomean_us": {"as packed": round(score, 3),
-                                                    "leaves paired": None if p_score is None else round(p_score, 3)}}}
+        return grown, facts
+    paired, more, p_score = _grown(paired, topology, collective, method, opts, unproved, fits, None, None, None,
+                                   **grow)
+    if p_score is None:
+        p_score = _score(_timer(paired, topology), score)
+    tuned = {"pairing_tuned": {"sizes": [size_text(s) for s in SIZES], "leaves_paired": moved,
+                               "geomean_us": {"as packed": round(score, 3),
+                                              "leaves paired": None if p_score is None else round(p_score, 3)}}}
     if p_score is None or p_score >= score:
-        return chosen, facts, score, timer, times
-    facts["pairing_note"] = (f"{moved} leaves send their partial sums to a sibling, which adds them to its own and "
-                             f"sends both on (a vertex's additions one after another: half as many): faster "
-                             f"simulated at {' and '.join(size_text(s) for s in SIZES)} than the trees as packed")
-    return paired, facts, p_score, p_timer, p_times
+        return grown, dict(facts, **tuned)
+    more.update(tuned, pairing_note=(
+        f"{moved} leaves send their partial sums to a sibling, which adds them to its own and sends both on (a "
+        f"vertex's additions one after another: half as many): faster simulated at "
+        f"{' and '.join(size_text(s) for s in SIZES)} than the trees as packed, each with its copies and depth"))
+    return paired, more
 
 
 def _fastest_count(topology, collective, method, options: dict, unproved: dict, fits=None):
