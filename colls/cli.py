@@ -359,7 +359,8 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
         raise CollsError(f"does not apply to method {excerpt(method)}",
                          key="--rings" if rings is not None else "--trees-per-gpu")
     if leaves is not None:
-        if method != "trees" or collective not in ("reducescatter", "reduce", "allreduce"):
+        from colls.tune import pairs
+        if not pairs(method, collective):
             raise CollsError(f"applies to the trees method's reducescatter, reduce and allreduce, not {method} "
                              f"{collective}", key="--leaves")
         options["pair_leaves"] = leaves == "paired"
