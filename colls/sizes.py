@@ -26,10 +26,7 @@ def size_text(nbytes: int) -> str:
 
 def parse_size(text: str, key: str = "--size") -> int:
     """One size as users write it: ``4096``, ``1GB``."""
-    return _one_size(str(text), key)
-
-
-def _one_size(text: str, key: str) -> int:
+    text = str(text)
     m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
     if not m or m.group(2).upper() not in _UNITS:
         raise CollsError(f"{text!r} is not a size (a whole number with an optional unit B, KB, MB, GB, TB; "
@@ -48,7 +45,7 @@ def parse_sizes(text: str, key: str = "--sizes") -> list[int]:
         parts = text.split(":")
         if len(parts) not in (2, 3):
             raise CollsError(f"{text!r}: write FIRST:LAST or FIRST:LAST:FACTOR", key=key)
-        lo, hi = _one_size(parts[0], key), _one_size(parts[1], key)
+        lo, hi = parse_size(parts[0], key), parse_size(parts[1], key)
         factor = 2
         if len(parts) == 3:
             if not parts[2].strip().isdigit() or not 2 <= int(parts[2]) <= 1024:
@@ -65,7 +62,7 @@ def parse_sizes(text: str, key: str = "--sizes") -> list[int]:
         parts = text.split(",")
         if len(parts) > 1 and not all(part.strip() for part in parts):
             raise CollsError(f"{excerpt(text)}: an empty item in the comma list", key=key)
-        sizes = [_one_size(part, key) for part in parts if part.strip()]
+        sizes = [parse_size(part, key) for part in parts if part.strip()]
         if not sizes:
             raise CollsError("no sizes given", key=key)
     sizes = sorted(set(sizes))
