@@ -246,6 +246,7 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
     _check_peers(schedule, ops, chan_of, limit_tbs, options, target, one_segment)
     no_fuse = set()  # keyed by the ids of this segmentation's ops
     forwards = _forward_candidates(ops, schedule.collective)
+    held = any(op.after for op in ops)     # sends a method holds (Op.after): milp's alone
     while True:
         try:
             instrs = _instructions(ops, keys, chan_of, no_fuse, forwards, options.shape, reps)
@@ -272,7 +273,8 @@ def _lower_once(schedule: Schedule, target: Target, options: LowerOptions, all_o
                           f"one threadblock; {target.name} allows {target.max_steps}"), []
         if not bad:
             _dependencies(instrs, schedule.collective)
-            _holds(instrs)
+            if held:
+                _holds(instrs)
             bad = _order(tbs)
         if not bad:
             bad = _wait_cycles(instrs, tbs, fifo_messages(options.proto), image)
@@ -921,8 +923,6 @@ def _holds(instrs: list[_Instr]) -> None:
     says what it waits for. A wait that goes back in time only, like every other dependency, cannot make a small
     call wait on itself (:func:`_wait_cycles`)."""
     held = [ins for ins in instrs if ins.send is not None and ins.recv is None and ins.send.after]
-    if not held:
-        return
     at: dict = defaultdict(list)    # (rank, step, lane, destination) -> the instructions that send it there
     for ins in instrs:
         if ins.send is not None:

@@ -561,11 +561,10 @@ class _Builder:
         for chunk in problem.chunks:
             rank_of.append(before.get(chunk, 0))
             before[chunk] = rank_of[-1] + 1
-        for k, (ch, u, v, s, a) in enumerate(order):
+        for k, (ch, u, v, _, _) in enumerate(order):     # no send held (_holds says why)
             chunk = problem.chunks[ch]
             q, (b,) = chunk.src, tuple(chunk.dests)
             j = rank_of[ch]
-            self.timed.append((1, 1 + k, u, v, s, a, False))      # not held: see _holds
             src = where.get(ch, ("i", b * c + j))
             if v == b:
                 dst = (land, q * c + j)
