@@ -30,6 +30,7 @@ from colls.errors import CollsError, LimitError
 from colls.simulate.baseline import Fastest, runtime_blocks
 from colls.synth import trees
 from colls.sizes import size_text
+from colls.verify.execution import chunk_effective_bytes
 
 SIZES = (16 << 20, 256 << 20)
 
@@ -273,31 +274,38 @@ def _fastest_copies(chosen, topology, score: float | None = None, timer=None, ti
     return best, facts, timed[copies], times
 
 
-def _doubling(chosen, score: float, make, topology, accept=None, times: dict | None = None, gain=None) -> tuple:
-    """The search :func:`_fastest_copies` and :func:`deepest` share: ``make(n, score of n / 2)`` is the file at
-    n = 2, 4, 8, ... (None, or CollsError: more than the target loads, and the search ends), simulated at
-    :data:`SIZES`; each doubling is taken while it is at least ``gain(n)`` (default :data:`COPIES_GAIN`)
+def _doubling(chosen, score: float, make, topology, accept=None, times: dict | None = None, gain=None,
+              sizes: tuple = SIZES, patient=None) -> tuple:
+    """The search :func:`_fastest_copies` and :func:`deepest` share: ``make(n, score of the best so far)`` is the
+    file at n = 2, 4, 8, ... (None, or CollsError: more than the target loads, and the search ends), simulated at
+    ``sizes``; each doubling is taken while it is at least ``gain(n)`` (default :data:`COPIES_GAIN`)
     faster than the one before and ``accept(n, its time at each size)`` (when given) agrees, and the first that
-    is not ends the search. ``times``: ``chosen``'s time at each size, when known. Returns the scores by n, the
-    file taken, its n and its times at each size (None when unknown)."""
+    is not ends the search; ``patient(n, file)``: whether one at n that is not may be followed by the next
+    doubling all the same (once: a second in a row that is not ends the search), which is taken if that much
+    faster than the best before it. ``times``: ``chosen``'s time at each size, when known. Returns
+    the scores by n, the file taken, its n and its times at each size (None when unknown)."""
     gain = gain or (lambda n: COPIES_GAIN)
-    timed, best, n = {1: score}, chosen, 1
+    timed, best, n, k = {1: score}, chosen, 1, 1
+    misses = 0
     while True:
         try:
-            more = make(n * 2, timed[n])
+            more = make(k * 2, timed[n])
         except CollsError:
             break
         if more is None:
             break
+        k *= 2
         more_times: dict = {}
-        need = timed[n] * (1 - gain(n * 2))
-        t = _score(_timer(more, topology), need, more_times)
-        if t is None:
+        need = timed[n] * (1 - gain(k))
+        t = _score(_timer(more, topology), need, more_times, sizes=sizes)
+        if t is not None:
+            timed[k] = t
+        if t is None or t > need or (accept is not None and not accept(k, more_times)) or (t == need and not gain(k)):
+            misses += 1
+            if patient is not None and misses < 2 and patient(k, more):
+                continue
             break
-        timed[n * 2] = t
-        if t > need or (accept is not None and not accept(n * 2, more_times)) or (t == need and not gain(n * 2)):
-            break
-        best, n, times = more, n * 2, more_times
+        best, n, times, misses = more, k, more_times, 0
     return timed, best, n, times
 
 
@@ -321,6 +329,13 @@ DEPTH_METHODS = {"trees": (None, "chunks a tree, one after another on its lane")
 # at depth 8 (56 -> 137 GB/s busbw: its 32 trees queue on 8 lanes a way under RCCL's 64 threadblocks).
 DEEP_OPS = 16384
 
+# The most ops times GPUs a file compile makes deeper for its largest calls may have (:func:`colls.compile._deeper`):
+# making a file takes about 0.1 ms an op on 16 GPUs and 0.24 ms on 128 (a trees reduce-scatter of 30,720 ops on
+# 2 x dgx-a100 in 3.1 s, the allgather of 16,384 on 16 x dgx-a100 in 4.0 s), and simulating it grows with it too,
+# so the budget is :data:`DEEP_OPS` on 128 GPUs (16 x dgx-a100, whose compile must stay within two minutes) and
+# more on fewer: 131,072 ops on 16 GPUs, 65,536 on 32.
+DEEP_WORK = DEEP_OPS * 128
+
 
 def deepens(method: str, kind: str) -> bool:
     """Whether ``method``'s schedules of ``kind`` take a depth (:data:`DEPTH_METHODS`)."""
@@ -334,27 +349,36 @@ def depth_words(method: str, depth: int) -> str:
 
 
 def deepest(chosen, topology, collective, method: str, options: dict, unproved: dict, score: float | None = None,
-            fits=None, hold: bool = False, times: dict | None = None):
-    """``chosen`` made again at depth 2, 4, 8, ... (``depth``: each tree carries that many chunks one after
-    another on its lane, :func:`colls.synth.trees._deal`; a direct block is summed in that many pieces,
-    :mod:`colls.synth.direct`), at its count and copies, simulated at :data:`SIZES`; each doubling is taken
-    while it is at least :data:`COPIES_GAIN` faster, and the search stops at the first that is not, or that the
-    target cannot load (steps per threadblock, offsets) or ``fits`` refuses, or the file would have more than
-    :data:`DEEP_OPS` ops. Why: a vertex that sums its children one per step runs each step on a threadblock of
-    its own that waits for the step before, and the runtime finishes a step's whole chunk before that: with
-    one chunk a tree the chain's threadblocks take turns, with several they work on successive chunks at once
-    (2 x dgx-a100 reduce-scatter, 2 copies: 16 MB 52 -> 104 GB/s busbw at depth 8, 64 MB 59 -> 173). Each chunk
-    more is a message more per step, so small calls lose: the depth is chosen at the sizes the copies are.
-    ``hold``: no doubling may be slower (by :data:`COPIES_GAIN`) than the file before it at the largest size
-    compared: synth's one file serves every size, and a deeper file can win the mean with the middle sizes and
-    lose the large ones (1 x ndv2 trees allgather at 2 chunks a tree: 16 MB 37 -> 46 GB/s busbw, 256 MB 80 -> 75,
-    1 GB 97 -> 95; at 8, 1 GB 89). ``score`` and ``times`` (at each size): ``chosen``'s, when already simulated.
+            fits=None, hold: bool = False, times: dict | None = None, sizes: tuple = SIZES, patient: bool = False,
+            max_ops: int = DEEP_OPS, made: dict | None = None):
+    """``chosen`` made again at twice, four times, ... its depth (``depth``: each tree carries that many chunks
+    one after another on its lane, :func:`colls.synth.trees._deal`; a direct block is summed in that many pieces,
+    :mod:`colls.synth.direct`), at its count and copies, simulated at ``sizes`` (default :data:`SIZES`); each
+    doubling is taken while it is at least :data:`COPIES_GAIN` faster, and the search stops at the first that is
+    not (``patient``: or, when its messages at the largest of ``sizes`` are still the runtime's whole slices, the
+    next one, and a later doubling that much faster than the best before it is taken), or
+    that the target cannot load (steps per threadblock, offsets) or ``fits`` refuses, or the file would have more
+    than ``max_ops`` ops (default :data:`DEEP_OPS`). Why: a vertex that sums its children one per step runs each
+    step on a threadblock of its own that waits for the step before, and the runtime finishes a step's whole
+    chunk before that: with one chunk a tree the chain's threadblocks take turns, with several they work on
+    successive chunks at once (2 x dgx-a100 reduce-scatter, 2 copies: 16 MB 52 -> 104 GB/s busbw at depth 8,
+    64 MB 59 -> 173). Each chunk more is a message more per step, so small calls lose: the depth is chosen at the
+    sizes the copies are. Why patient: while a chunk is at least the runtime's slice (2 MB for Simple), a
+    doubling adds steps and leaves the messages, and so the pipeline's fill, as they were; the gain comes at the
+    doubling after (2 x dgx-a100 reduce-scatter at 1 GB, 2 copies: 228, 228, 240 GB/s busbw at 8, 16, 32 chunks
+    a tree). ``hold``: no doubling may be slower (by :data:`COPIES_GAIN`) than the file before it at the largest
+    of ``sizes``: synth's one file serves every size, and a deeper file can win the mean with the middle sizes
+    and lose the large ones (1 x ndv2 trees allgather at 2 chunks a tree: 16 MB 37 -> 46 GB/s busbw, 256 MB 80
+    -> 75, 1 GB 97 -> 95; at 8, 1 GB 89). ``score`` and ``times`` (at each size): ``chosen``'s, when already
+    simulated. ``made``: the files (or the refusals) by depth of searches before this one from the same file,
+    taken from and added to instead of made again.
     Returns the file and the facts that say what was tried."""
     if score is None:
         times = {}
-        score = _score(_timer(chosen, topology), times=times)
+        score = _score(_timer(chosen, topology), times=times, sizes=sizes)
     if score is None:                   # not run by the runtime at the sizes compared: nothing to compare
         return chosen, {}
+    base = chosen.schedule.info.get("depth", 1)     # the doublings are of the depth it has
     opts = dict(options)
     if method == "trees":
         opts["trees_per_gpu"] = chosen.schedule.info["k"]
@@ -362,39 +386,55 @@ def deepest(chosen, topology, collective, method: str, options: dict, unproved: 
             opts["pair_leaves"] = True
     settings = dict(unproved, instances=chosen.facts["instances"])
 
-    held = {1: times[SIZES[-1]]} if times and SIZES[-1] in times else {}   # each depth's time there, when taken
+    top = sizes[-1]
+    held = {1: times[top]} if times and top in times else {}   # each doubling's time there, when taken
     lost = []                           # the depth slower there, if the search ended so
 
-    def deeper(depth: int, before: float):
-        if len(chosen.schedule.ops) * depth > DEEP_OPS:
+    memo = {} if made is None else made
+
+    def deeper(n: int, before: float):
+        if len(chosen.schedule.ops) * n > max_ops:
             return None
-        more = pipeline.compile_schedule(topology, collective, method, options=dict(opts, depth=depth), **settings)
+        if base * n not in memo:
+            try:
+                memo[base * n] = pipeline.compile_schedule(topology, collective, method,
+                                                           options=dict(opts, depth=base * n), **settings)
+            except CollsError as e:
+                memo[base * n] = e
+        more = memo[base * n]
+        if isinstance(more, CollsError):
+            raise more
         return more if fits is None or fits(more) else None
 
-    def holds(depth: int, times: dict) -> bool:
+    def holds(n: int, times: dict) -> bool:
         if not hold:
             return True
         if 1 not in held:
-            held[1] = _time_at(_timer(chosen, topology), SIZES[-1])
-        held[depth] = times.get(SIZES[-1])
-        if held[depth] is None or held[depth // 2] is None or held[depth] > held[depth // 2] * (1 + COPIES_GAIN):
-            lost.append(depth)
+            held[1] = _time_at(_timer(chosen, topology), top)
+        held[n] = times.get(top)
+        if held[n] is None or held[n // 2] is None or held[n] > held[n // 2] * (1 + COPIES_GAIN):
+            lost.append(base * n)
             return False
         return True
 
-    timed, best, depth, _ = _doubling(chosen, score, deeper, topology, accept=holds)
-    facts: dict = {"depth_tuned": {"sizes": [size_text(s) for s in SIZES],
-                                   "geomean_us": {str(d): round(t, 3) for d, t in sorted(timed.items())}}}
+    def whole_slices(n: int, more) -> bool:    # its messages at the largest size are whole slices still
+        return top / more.program.nchunksperloop >= chunk_effective_bytes(more.program.proto,
+                                                                           more.facts["collective"])
+
+    timed, best, n, _ = _doubling(chosen, score, deeper, topology, accept=holds, sizes=sizes,
+                                  patient=whole_slices if patient else None)
+    facts: dict = {"depth_tuned": {"sizes": [size_text(s) for s in sizes],
+                                   "geomean_us": {str(base * d): round(t, 3) for d, t in sorted(timed.items())}}}
     facts.update({k: chosen.facts[k] for k in _COUNT_FACTS if k in chosen.facts})    # how the count was chosen
-    if depth > 1:
-        tried = ", ".join(str(d) for d in sorted(timed))
-        facts["depth_note"] = (f"{depth} {DEPTH_METHODS[method][1]}: the fastest simulated of {tried} at "
-                               f"{' and '.join(size_text(s) for s in SIZES)}")
+    if base * n > 1:
+        tried = ", ".join(str(base * d) for d in sorted(timed))
+        facts["depth_note"] = (f"{base * n} {DEPTH_METHODS[method][1]}: the fastest simulated of {tried} at "
+                               f"{' and '.join(size_text(s) for s in sizes)}")
     if lost:
         unit = DEPTH_METHODS[method][1].split(",")[0]
         first, rest = unit.split(" ", 1)
         head = facts.get("depth_note", f"one {first[:-1]} {rest}")
-        facts["depth_note"] = f"{head} (at {lost[0]} {unit}, slower at {size_text(SIZES[-1])})"
+        facts["depth_note"] = f"{head} (at {lost[0]} {unit}, slower at {size_text(top)})"
     return best, facts
 
 
@@ -424,16 +464,17 @@ def _timer(result, topology) -> Fastest:
                    protocols=(result.program.proto,))
 
 
-def _score(timer: Fastest, beat: float | None = None, times: dict | None = None) -> float | None:
-    """The geometric mean of the simulated times at :data:`SIZES` (microseconds) of ``timer``'s program
-    (:func:`_timer`); None when the runtime would not run the file at one of them, or when it cannot be below
+def _score(timer: Fastest, beat: float | None = None, times: dict | None = None,
+           sizes: tuple = SIZES) -> float | None:
+    """The geometric mean of the simulated times at ``sizes`` (default :data:`SIZES`; microseconds) of
+    ``timer``'s program (:func:`_timer`); None when the runtime would not run the file at one of them, or when it cannot be below
     ``beat``: the last size is simulated only if its proven lower bound (:class:`colls.simulate.baseline.Fastest`)
     leaves the mean a chance to be. ``times``: filled with the time at each size simulated."""
     logs = []
-    for i, size in enumerate(SIZES):
+    for i, size in enumerate(sizes):
         limit = None
-        if beat is not None and i == len(SIZES) - 1:    # the time this size must stay under for the mean to win
-            limit = math.exp(len(SIZES) * math.log(beat) - sum(logs))
+        if beat is not None and i == len(sizes) - 1:    # the time this size must stay under for the mean to win
+            limit = math.exp(len(sizes) * math.log(beat) - sum(logs))
         t = timer.time(size, beat=limit)
         if t is None or not t.served:
             return None

@@ -408,22 +408,39 @@ def test_variants_are_checked_for_deadlocks_and_the_written_files_proved(small, 
     assert all(c.report.facts["semantics_checked"] for c in files)
 
 
+def _trees_reducescatter_ranges(out, *sizes) -> list:
+    """compile's ranges for the trees reduce-scatter on 2 x DGX A100 at ``sizes`` (bytes), one per size."""
+    proc = run("compile", "--hardware", "dgx-a100", "--nodes", "2", "--collective", "reducescatter", "--methods",
+               "trees", "--sizes", ",".join(f"{s}B" for s in sizes), "-o", str(out), "--json", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    ranges = json.loads(proc.stdout)["collectives"][0]["ranges"]
+    return [[r for r in ranges if r["sizes"][0]["size_bytes"] == size][0] for size in sizes]
+
+
 def test_deeper_trees_take_the_middle_sizes_and_one_chunk_a_tree_the_small_ones(tmp_path):
     """compile keeps the trees' copies at one chunk a tree and adds the deepest file that simulates faster
     (colls.tune.deepest): on 2 x DGX A100 the reduce-scatter's 64 MB call goes to a trees file carrying several
     chunks a tree (173 GB/s busbw against 59 at one chunk a tree), and the 4 KB call keeps a file of one chunk a
     tree (fewer, larger messages)."""
     out = tmp_path / "rs"
-    proc = run("compile", "--hardware", "dgx-a100", "--nodes", "2", "--collective", "reducescatter", "--methods",
-               "trees", "--sizes", "4KB,64MB", "-o", str(out), "--json", "--quiet")
-    assert proc.returncode == 0, proc.stderr
-    ranges = json.loads(proc.stdout)["collectives"][0]["ranges"]
-    small, large = ([r for r in ranges if r["sizes"][0]["size_bytes"] == size][0] for size in (4 << 10, 64 << 20))
+    small, large = _trees_reducescatter_ranges(out, 4 << 10, 64 << 20)
     assert small["method"] == large["method"] == "trees" and small["instances"] == large["instances"]
     assert large["chunks_per_loop"] > small["chunks_per_loop"]
     assert large["sizes"][0]["busbw_gbps"] > 1.05 * large["sizes"][0]["nccl_busbw_gbps"]
     readme = (out / "README.md").read_text()
     assert f"{large['chunks_per_loop'] // small['chunks_per_loop']} chunks a tree" in readme
+
+
+def test_the_largest_calls_get_a_file_deeper_than_the_middle_ones(tmp_path):
+    """The depth compile's trees take is chosen at 16 and 256 MB; at 1 GB a chunk of that file is larger than the
+    runtime's 2 MB slice, so its messages and its pipeline's fill are as at one chunk a tree. compile makes the
+    file deeper again at its largest size (colls.compile._deeper): on 2 x DGX A100 the reduce-scatter's 1 GB
+    call went to the trees at one chunk a tree (234 GB/s busbw, 1.24x NCCL's ring) and now to a file of many
+    more chunks a loop, at least 1.28x."""
+    middle, large = _trees_reducescatter_ranges(tmp_path / "rs", 64 << 20, 1 << 30)
+    assert large["file"] and large["file"] != middle["file"]
+    assert large["chunks_per_loop"] > 2 * middle["chunks_per_loop"]
+    assert large["sizes"][0]["busbw_gbps"] > 1.28 * large["sizes"][0]["nccl_busbw_gbps"]
 
 
 def test_milp_solves_the_problems_its_collectives_share_once(small, monkeypatch):

@@ -34,7 +34,7 @@ def test_counts_the_runtime_runs_at_no_compared_size_leave_the_link_models_file(
     model's count is the file (the search returned one value too many there, and the file was never made)."""
     topo = load_topology("mi250", 2)
     coll = Collective("allgather", topo.ngpus)
-    monkeypatch.setattr(tune, "_score", lambda timer, beat=None, times=None: None)
+    monkeypatch.setattr(tune, "_score", lambda timer, beat=None, times=None, sizes=None: None)
     result = tune.compile_fastest(topo, coll, "trees", target="rccl", instances=1, tune_depth=False)
     assert result.report.ok and "trees_tuned" not in result.facts
     assert result.schedule.info["k"] == pipeline.compile_schedule(topo, coll, "trees", target="rccl",
@@ -141,6 +141,30 @@ def test_no_deeper_file_beyond_the_ops_budget_is_made():
                           facts={"instances": 1})
     kept, facts = tune.deepest(big, None, None, "direct", {}, {}, score=1.0)
     assert kept is big and "depth_note" not in facts and facts["depth_tuned"]["geomean_us"] == {"1": 1.0}
+
+
+def test_a_patient_depth_search_goes_past_one_doubling_that_gains_nothing(monkeypatch):
+    """At 1 GB a trees file's chunk is larger than the runtime's 2 MB slice until its depth cuts it below that:
+    a doubling before then adds steps and leaves the messages (2 x DGX A100 reduce-scatter at 1 GB, 2 copies:
+    228, 228, 240, 246 GB/s busbw at 8, 16, 32, 64 chunks a tree). The patient search goes past one doubling
+    that gains nothing, when asked to, and stops at the second in a row."""
+    scores = {2: 100.0, 4: 90.0, 8: 95.0, 16: 94.0, 32: 50.0}
+    made = []
+    monkeypatch.setattr(tune, "_timer", lambda more, topology: more)
+    monkeypatch.setattr(tune, "_score", lambda timer, beat=None, times=None, sizes=None: scores[timer])
+
+    def make(n, before):
+        made.append(n)
+        return n
+    timed, best, n, _ = tune._doubling(1, 100.0, make, None, patient=lambda k, more: True)
+    assert (best, n, made) == (4, 4, [2, 4, 8, 16]) and timed == {1: 100.0, 2: 100.0, 4: 90.0, 8: 95.0, 16: 94.0}
+    made.clear()
+    assert tune._doubling(1, 100.0, make, None)[2] == 1 and made == [2]          # not patient: the first miss ends it
+    made.clear()
+    assert tune._doubling(1, 100.0, make, None, patient=lambda k, more: k != 8)[2] == 4 and made == [2, 4, 8]
+    made.clear()
+    scores[2] = None                    # ruled out by its lower bound (not simulated): a miss like another
+    assert tune._doubling(1, 100.0, make, None, patient=lambda k, more: True)[2] == 4 and made == [2, 4, 8, 16]
 
 
 def test_trees_allreduce_on_two_mi250_runs_its_queued_trees_deeper():
