@@ -258,6 +258,55 @@ def test_alike_threadblocks_simulated_once_give_the_full_simulation(machine, met
             assert once.passes == whole.passes
 
 
+class _NoRoom(list):
+    """An engine's ``one_capw`` that says every link's flows would overfill it at their caps: no fill is
+    skipped."""
+
+    def __getitem__(self, i):
+        return float("inf")
+
+    def __setitem__(self, i, value):
+        pass
+
+
+def _mi250_trees_allgather():
+    """2 x MI250's trees allgather at one tree a GPU and one chunk a tree, laid out: its xGMI links carry more
+    flows than they hold at their caps while every tree runs, and fewer as trees end."""
+    topo = load_topology("mi250", 2)
+    made = pipeline.compile_schedule(topo, Collective("allgather", topo.ngpus), "trees",
+                                     options={"trees_per_gpu": 1}, in_memory=True, prove=False)
+    p = made.program
+    return Machine(p, topo, "allgather"), dict(ncpl=p.nchunksperloop, proto=p.proto), p.proto, (1 << 20, 1 << 30)
+
+
+@pytest.mark.parametrize("case", [
+    ("switch3", "ring", "allreduce", "Simple"), ("rails2x2", "trees", "allgather", "LL"),
+    ("mesh4", "direct", "alltoall", "Simple"), ("switch4-slow", "ring", "reducescatter", "LL128"),
+    ("shared-nic2x4", "trees", "allreduce", "Simple"), "mi250 x2 trees allgather"])
+def test_fills_skipped_where_every_flow_keeps_its_cap_change_nothing(case, monkeypatch):
+    """The engine skips the fill of a link of its own when no flow there was below its cap and the caps all
+    fit (a new flow starts at its cap): the same times and bytes as filling every time, also where a link
+    holds fewer flows than it did (2 x MI250's trees: a flow kept below its cap there is raised only by a
+    fill)."""
+    from colls.simulate import engine
+    if isinstance(case, str):
+        m, kw, proto, sizes = _mi250_trees_allgather()
+    else:
+        _, _, m, kw, sizes = laid_out(*case)
+        proto = case[3]
+    fast = [run(m, size, for_protocol(proto), **kw) for size in sizes]
+    made = engine._Run.__init__
+
+    def every_fill(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        self.one_capw = _NoRoom()
+    monkeypatch.setattr(engine._Run, "__init__", every_fill)
+    for size, f in zip(sizes, fast):
+        slow = run(m, size, for_protocol(proto), **kw)
+        assert f.time_us == slow.time_us and f.passes == slow.passes
+        assert f.link_bytes == pytest.approx(slow.link_bytes, rel=1e-12)
+
+
 def test_alike_threadblocks_are_found():
     """A ring allreduce on a switch: every rank does the same, so one threadblock stands for all; a ring on
     a two-node rail cluster: the two nodes are alike."""
@@ -419,8 +468,9 @@ def test_links_of_their_own_are_filled_one_by_one(data):
     rate, fin = fcap.copy(), np.full(n, 5.0)
     for li in range(nlinks):
         flows = {f: (float(fcap[f]), float(w[f])) for f in range(n) if idx[f] == li}
-        load = _fill_one(flows, float(cap[li]), rate, fin, 1.0)
+        load, below = _fill_one(flows, float(cap[li]), rate, fin, 1.0)
         assert load == pytest.approx(sum(got[f] * w[f] for f in flows))
+        assert below == any(got[f] < fcap[f] * (1 - 1e-9) for f in flows)
     assert rate == pytest.approx(got)
     assert rate * (fin - 1.0) == pytest.approx(fcap * 4.0)
 
