@@ -397,13 +397,16 @@ def _deeper(topology, coll, name, target, options, m: Method, sizes=None) -> Non
     """The method's file with its most copies made again with the deepest pipeline through its schedule that
     simulates faster (:func:`colls.tune.deepest`: trees carrying several chunks each, direct blocks in pieces),
     beside the copies: its smaller messages win the middle and large sizes, and cost the small ones, where the
-    copies of one chunk a tree stay to win them. When ``sizes`` go past :data:`colls.tune.SIZES`, that file is
-    made deeper again while it simulates faster at the largest of them (patiently: :func:`colls.tune.deepest`),
+    copies of one chunk a tree stay to win them. When ``sizes`` go past :data:`colls.tune.SIZES`, a trees file
+    is made deeper again while it simulates faster at the largest of them (patiently: :func:`colls.tune.deepest`),
     within :data:`colls.tune.DEEP_WORK`: a chunk grows with the call, and while it is larger than the runtime's
-    slice (2 MB for Simple) its messages are whole slices and the pipeline's fill, a slice a hop, is as long as
-    at one chunk a tree (2 x DGX A100 trees reduce-scatter, 2 copies: 228 GB/s busbw at 1 GB at the 8 chunks a
-    tree that win at 16 and 256 MB, 246 at 64; 2 x MI250 under RCCL, one copy: 16 -> 64 chunks a tree, 1 GB in
-    4,545 -> 3,852 us). The first file keeps the middle sizes it wins, the second takes the largest."""
+    slice (2 MB for Simple) its messages are whole slices and the pipeline's fill, a slice a hop down or up the
+    tree, is as long as at one chunk a tree (2 x DGX A100 trees reduce-scatter, 2 copies: 228 GB/s busbw at 1
+    GB at the 8 chunks a tree that win at 16 and 256 MB, 246 at 64; 2 x MI250 under RCCL, one copy: 16 -> 64
+    chunks a tree, 1 GB in 4,545 -> 3,852 us). The first file keeps the middle sizes it wins, the second takes
+    the largest. A direct file has one hop to fill, and its search at the largest size cost more than the rest
+    of compile on 4 x dgx-a100 (62 -> 230 s) for files five times slower there than the trees' (2 x dgx-a100
+    allreduce at 1 GB: 44.9 against 8.1 ms)."""
     if not tune.deepens(name, coll.kind) or not m.variants:
         return
     last = m.variants[-1]
@@ -412,7 +415,7 @@ def _deeper(topology, coll, name, target, options, m: Method, sizes=None) -> Non
     deeper, _ = tune.deepest(last, topology, coll, name, options, unproved, made=made)
     if deeper is not last:
         m.variants.append(deeper)
-    if sizes and max(sizes) > tune.SIZES[-1]:
+    if name == "trees" and sizes and max(sizes) > tune.SIZES[-1]:
         deepest, _ = tune.deepest(deeper, topology, coll, name, options, unproved, sizes=(max(sizes),), patient=True,
                                   max_ops=tune.DEEP_WORK // topology.ngpus, made=made)
         if deepest is not deeper:
