@@ -374,8 +374,9 @@ def deepest(chosen, topology, collective, method: str, options: dict, unproved: 
     taken from and added to instead of made again.
     Returns the file and the facts that say what was tried."""
     if score is None and len(chosen.schedule.ops) * 2 > max_ops:
-        return chosen, {}               # no doubling within the budget: not simulated for nothing (a 128-GPU trees
-                                        # file simulated whole at 1 GB: 13-15 s)
+        # no doubling within the budget: not simulated for nothing (a 128-GPU trees file, simulated whole, takes
+        # 13-15 s at 1 GB)
+        return chosen, {}
     if score is None:
         times = {}
         score = _score(_timer(chosen, topology), times=times, sizes=sizes)
@@ -470,9 +471,10 @@ def _timer(result, topology) -> Fastest:
 def _score(timer: Fastest, beat: float | None = None, times: dict | None = None,
            sizes: tuple = SIZES) -> float | None:
     """The geometric mean of the simulated times at ``sizes`` (default :data:`SIZES`; microseconds) of
-    ``timer``'s program (:func:`_timer`); None when the runtime would not run the file at one of them, or when it cannot be below
-    ``beat``: the last size is simulated only if its proven lower bound (:class:`colls.simulate.baseline.Fastest`)
-    leaves the mean a chance to be. ``times``: filled with the time at each size simulated."""
+    ``timer``'s program (:func:`_timer`); None when the runtime would not run the file at one of them, or when it
+    cannot be below ``beat``: the last size is simulated only if its proven lower bound
+    (:class:`colls.simulate.baseline.Fastest`) leaves the mean a chance to be. ``times``: filled with the time at
+    each size simulated."""
     logs = []
     for i, size in enumerate(sizes):
         limit = None
