@@ -350,6 +350,9 @@ class _Run:
         # ``on_link`` (connection -> (cap, flows it stands for))
         self.comp, self.link_comp, self.one_link = _components(m)      # once per machine
         self.comp_arr = np.array(self.comp, dtype=np.int64)
+        # each component's connections, entries and links, in index order (:meth:`_reallocate`)
+        self.comp_conns, self.comp_entries, self.comp_links = _component_members(m, self.comp_arr, self.link_comp,
+                                                                                 self.e_conn)
         self.ncomp = max(self.comp, default=-1) + 1
         self.one_arr = np.array(self.one_link, dtype=np.int64) >= 0
         self.wide_idx = np.flatnonzero(~self.one_arr)
@@ -597,26 +600,28 @@ class _Run:
 
     def _reallocate(self, comps: set):
         """Max-min fair rates for every flow in flight in the components ``comps``, from scratch; each keeps
-        its remaining bytes. The components share no link with the others, whose rates stay."""
+        its remaining bytes. The components share no link with the others, whose rates stay. Only the
+        components' own connections, entries and links are read, in index order (the same sums, in the same
+        order, as over the whole machine)."""
         m, now = self.m, self.now
         cap = m.link_cap
-        mine = np.zeros(self.ncomp, dtype=bool)
-        mine[list(comps)] = True
-        on = self.f_on & mine[self.comp_arr]
-        act = np.flatnonzero(on)
-        n = len(act)
-        links = np.flatnonzero((self.link_comp >= 0) & mine[self.link_comp])
+        ks = sorted(comps)
+        if len(ks) == 1:
+            conns, ents, links = self.comp_conns[ks[0]], self.comp_entries[ks[0]], self.comp_links[ks[0]]
+        else:
+            conns, ents, links = (np.sort(np.concatenate([part[k] for k in ks]))
+                                  for part in (self.comp_conns, self.comp_entries, self.comp_links))
         self.load[links] = 0.0
+        act = conns[self.f_on[conns]]
+        n = len(act)
         if n == 0:
             return
         rate, fin = self.f_rate, self.f_fin
         rem = rate[act] * (fin[act] - now)
-        e_on = on[self.e_conn]
-        idx = self.e_link[e_on]
-        renum = np.zeros(len(on), dtype=np.int64)
-        renum[act] = np.arange(n)
-        own = renum[self.e_conn[e_on]]
-        w = self.e_w[e_on]
+        ents = ents[self.f_on[self.e_conn[ents]]]
+        idx = self.e_link[ents]
+        own = np.searchsorted(act, self.e_conn[ents])
+        w = self.e_w[ents]
         new_rate = _max_min(idx, own, n, cap, self.tb_cap_arr[self.conn_ti[act]], w)
         rate[act] = new_rate
         fin[act] = now + rem / new_rate
@@ -933,6 +938,22 @@ def _max_min(idx: np.ndarray, own: np.ndarray, n: int, link_cap: np.ndarray, fca
         idx, own, w = idx[e_keep], renum[own[e_keep]], w[e_keep]
         flows, cap = flows[keep], cap[keep]
     return rate
+
+
+def _component_members(m, comp: np.ndarray, link_comp: np.ndarray, e_conn: np.ndarray) -> tuple:
+    """For each component of :func:`_components`: its connections, its entries (a connection's links, as laid
+    out in ``e_conn``) and its links, each in index order. Computed once per machine."""
+    if "_component_members" not in m.__dict__:
+        ncomp = int(comp.max()) + 1 if len(comp) else 0
+
+        def split(owner: np.ndarray, keep: np.ndarray) -> list:
+            at = np.flatnonzero(keep)
+            at = at[np.argsort(owner[at], kind="stable")]
+            return np.split(at, np.cumsum(np.bincount(owner[at], minlength=ncomp))[:-1]) if ncomp else []
+        m._component_members = (split(comp, np.ones(len(comp), dtype=bool)),
+                                split(comp[e_conn], np.ones(len(e_conn), dtype=bool)),
+                                split(link_comp, link_comp >= 0))
+    return m._component_members
 
 
 def _components(m) -> tuple[list[int], np.ndarray, list[int]]:
