@@ -311,15 +311,16 @@ def _reallocate_over_the_machine(self, comps: set):
     """The engine's reallocation as it was, reading every connection, entry and link of the machine: the
     reference the per-component one must equal."""
     import numpy as np
-    from colls.simulate.engine import _max_min
+    from colls.simulate.engine import _components, _max_min
     m, now = self.m, self.now
     cap = m.link_cap
-    mine = np.zeros(self.ncomp, dtype=bool)
+    comp, link_comp, _ = _components(m)
+    mine = np.zeros(max(comp, default=-1) + 1, dtype=bool)
     mine[list(comps)] = True
-    on = self.f_on & mine[self.comp_arr]
+    on = self.f_on & mine[np.array(comp, dtype=np.int64)]
     act = np.flatnonzero(on)
     n = len(act)
-    links = np.flatnonzero((self.link_comp >= 0) & mine[self.link_comp])
+    links = np.flatnonzero((link_comp >= 0) & mine[link_comp])
     self.load[links] = 0.0
     if n == 0:
         return

@@ -348,12 +348,9 @@ class _Run:
         # the components of the flow-link graph (see rebuild): a connection's, a link's; a connection whose
         # component is one link has that link in ``one_link`` (else -1), and that link's flows in flight in
         # ``on_link`` (connection -> (cap, flows it stands for))
-        self.comp, self.link_comp, self.one_link = _components(m)      # once per machine
-        self.comp_arr = np.array(self.comp, dtype=np.int64)
+        self.comp, _, self.one_link = _components(m)      # once per machine
         # each component's connections, entries and links, in index order (:meth:`_reallocate`)
-        self.comp_conns, self.comp_entries, self.comp_links = _component_members(m, self.comp_arr, self.link_comp,
-                                                                                 self.e_conn)
-        self.ncomp = max(self.comp, default=-1) + 1
+        self.comp_conns, self.comp_entries, self.comp_links = _component_members(m, self.e_conn)
         self.one_arr = np.array(self.one_link, dtype=np.int64) >= 0
         self.wide_idx = np.flatnonzero(~self.one_arr)
         self.on_link = [{} for _ in range(len(m.links))]
@@ -940,19 +937,20 @@ def _max_min(idx: np.ndarray, own: np.ndarray, n: int, link_cap: np.ndarray, fca
     return rate
 
 
-def _component_members(m, comp: np.ndarray, link_comp: np.ndarray, e_conn: np.ndarray) -> tuple:
+def _component_members(m, e_conn: np.ndarray) -> tuple:
     """For each component of :func:`_components`: its connections, its entries (a connection's links, as laid
-    out in ``e_conn``) and its links, each in index order. Computed once per machine."""
+    out in ``e_conn``) and its links (those some connection crosses), each in index order. Computed once per
+    machine."""
     if "_component_members" not in m.__dict__:
+        comp, link_comp, _ = _components(m)
+        comp = np.array(comp, dtype=np.int64)
         ncomp = int(comp.max()) + 1 if len(comp) else 0
 
-        def split(owner: np.ndarray, keep: np.ndarray) -> list:
-            at = np.flatnonzero(keep)
+        def split(owner: np.ndarray) -> list:      # the indices of each component, -1 (none) left out
+            at = np.flatnonzero(owner >= 0)
             at = at[np.argsort(owner[at], kind="stable")]
             return np.split(at, np.cumsum(np.bincount(owner[at], minlength=ncomp))[:-1]) if ncomp else []
-        m._component_members = (split(comp, np.ones(len(comp), dtype=bool)),
-                                split(comp[e_conn], np.ones(len(e_conn), dtype=bool)),
-                                split(link_comp, link_comp >= 0))
+        m._component_members = (split(comp), split(comp[e_conn]), split(link_comp))
     return m._component_members
 
 
