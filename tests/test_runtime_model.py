@@ -30,7 +30,8 @@ def topo(name: str, nodes: int = 1):
 
 
 @pytest.mark.parametrize("model, family", [("A100-SXM4-80GB", "Ampere"), ("H100-SXM5", "Hopper"),
-                                           ("V100-SXM2", "Volta"), ("MI250X", "CDNA2"), ("Z999", "Ampere")])
+                                           ("V100-SXM2", "Volta"), ("MI250X", "CDNA2"), ("MI300X", "CDNA3"),
+                                           ("MI325X", "CDNA3"), ("Z999", "Ampere")])
 def test_families_by_gpu_model(model, family):
     assert family_of(model).name == family
 
@@ -47,6 +48,32 @@ def test_rccl_has_its_own_costs():
     amd, ampere = FAMILIES["CDNA2"], FAMILIES["Ampere"]
     assert amd.launch_us != ampere.launch_us
     assert amd.step_us["LL128"] != ampere.step_us["LL128"]
+
+
+# Published rccl-tests runs of msccl-tools files on 8 x MI300X, RCCL 2.21.5, no graphs (bench/published_files.yaml):
+# (file, bytes, published us). Each is dominated by one of the CDNA3 figures: the call and the hop (1 KB), the
+# threadblocks' copy rates (1 GB).
+MI300X_RUNS = [("ag_allpair_ll_x_2", 1 << 10, 7.02), ("ag_allpair_simple_x_1", 1 << 10, 10.65),
+               ("ag_ring_simple_1_1", 1 << 10, 39.39), ("ag_ring_ll_1_1", 1 << 10, 18.72),
+               ("ag_allpair_simple_x_1", 1 << 30, 12753.0), ("ag_ring_simple_1_1", 1 << 30, 86402.0),
+               ("ag_allpair_ll_x_1", 1 << 30, 87035.0)]
+
+
+@pytest.mark.parametrize("name, size, published", MI300X_RUNS)
+def test_rccl_on_mi300x_times_published_runs_of_another_generators_files(name, size, published):
+    """On the Ampere figures (what an unknown GPU got before) the 1 KB runs come out 2.5-4x slow and the LL
+    one at 1 GB 1.4x fast."""
+    import sys
+    from pathlib import Path
+    from colls.msccl import read
+    from colls.simulate import simulate
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "bench"))
+    from msccl_files import make
+    t = hardware.load_topology(str(root / "bench" / "hardware" / "mi300x.yaml"))
+    assert family_of(t.gpu_model()).name == "CDNA3"
+    timing, _ = simulate(read(make(name), name), t, "allgather", size, inplace=True, target="rccl")
+    assert timing.time_us == pytest.approx(published, rel=0.1)
 
 
 @pytest.mark.parametrize("proto", ["LL", "LL128", "Simple"])

@@ -107,13 +107,36 @@ FAMILIES = {
                     {"LL": 0.0, "LL128": 1.4, "Simple": 2.8},
                     {"LL": 2 * 0.15 * 24.0, "LL128": 128 / 120 * 0.41 * 24.0, "Simple": 24.0},
                     {"stream": 10.0, "graph": 0.0}),
+    # RCCL on MI300X (gfx942). Its tuning figures (baseLat {12, 12, 17}, hwLat xGMI ring {.8, .8, 2.1} in
+    # tuning_model_5, ROCm/rccl src/graph/tuning.cc) are estimates its own runs undercut: published rccl-tests
+    # runs of MSCCL XML files on 8 x MI300X (RCCL 2.21.5, ROCm 6.3, no graphs; rouge3877/ns3-msccl-data,
+    # Validation/SingleCollective/GroundTruth) give the figures here, fitted on the runs whose time one cost
+    # dominates (bench/FILES.md compares every run with the model):
+    # - the call: 5.3 us before the first message, all of it the host's (a stream launch): an all-pairs LL
+    #   allgather's 1 KB call (one hop) takes 7.0-7.4 us, of which the hop 1.7 us (bench/hardware/mi300x.yaml);
+    #   with HIP graphs RCCL's own 1 KB allreduce takes 5.6 us less (13.11 -> 7.47 us, RCCL 2.22.3; AMD ROCm
+    #   blogs, "MI300X RCCL xGMI"), so a graph launch costs nothing more;
+    # - a message: LL 0 (its cost is the hop's latency), Simple 2.8 us (RCCL's hwLat Simple less LL,
+    #   tuning_model_0, as CDNA2): ring files whose one threadblock alternates sends and receives pay 4.6
+    #   us a Simple hop at 1 KB (39.4 us for 7 hops) and 1.7 an LL hop (18.7 us);
+    # - a threadblock's copy rate: Simple 21.5 GB/s, LL 3.8 GB/s on the wire (1.9 of data) when it sends: files
+    #   whose threadblocks each send and receive 128 MB a loop at 1 GB (ring 1 channel, all-pairs 1 channel)
+    #   take 86.4 and 12.8 ms (Simple), 599 and 87.0 ms (LL);
+    # - LL128: RCCL enables it on gfx942 from 2.22.3 and then not by default (rome_model_79 sets no
+    #   ll128Enabled); files that ask for it ran at least 210 us a call on 2.21.5 and took 61.4 ms (all-pairs)
+    #   and 406 ms (ring) at 1 GB: 200 us more a call and 2.5 GB/s on the wire here, so colls never picks it.
+    "CDNA3": Family("CDNA3", "RCCL", {"LL": 0.0, "LL128": 200.0, "Simple": 0.0},
+                    {"LL": 0.0, "LL128": 0.0, "Simple": 2.8},
+                    {"LL": 3.8, "LL128": 2.5, "Simple": 21.5},
+                    {"stream": 5.3, "graph": 0.0}),
 }
 DEFAULT_FAMILY = "Ampere"     # a GPU model no row names: the Ampere figures, said wherever results are shown
 
 # GPU model names -> family; the key is matched against the profile's GPU model name, first match wins.
 _MODELS = (("H100", "Hopper"), ("H200", "Hopper"), ("H800", "Hopper"), ("H20", "Hopper"),
            ("A100", "Ampere"), ("A800", "Ampere"), ("A30", "Ampere"), ("V100", "Volta"),
-           ("MI250", "CDNA2"), ("MI210", "CDNA2"), ("MI200", "CDNA2"))
+           ("MI250", "CDNA2"), ("MI210", "CDNA2"), ("MI200", "CDNA2"),
+           ("MI300", "CDNA3"), ("MI308", "CDNA3"), ("MI325", "CDNA3"))
 
 
 def family_of(gpu_model: str | None) -> Family:
