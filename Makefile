@@ -36,6 +36,7 @@ bench: install
 	$(PY) bench/refusals.py --target mscclpp --methods ring,trees,direct,hier --nodes 4,8,16,32,64,1000,100000 --out bench/REFUSALS-MSCCLPP.md
 	$(PY) bench/refusals.py --commands bound,show,derive,simulate,verify,compile --out bench/REFUSALS-COMMANDS.md
 	$(PY) bench/calibrate.py
+	$(PY) bench/files.py
 	$(PY) bench/simulate.py
 	$(PY) bench/milp.py
 	$(PY) bench/plans.py
