@@ -250,3 +250,20 @@ def test_a_tag_of_thousands_of_attributes_is_read_as_the_loader_keeps_it():
     report = verify_text(moved, "gpu.xml", "exe")
     line = next(i for i, x in enumerate(moved.splitlines(), 1) if 'send="9"' in x)
     assert any(f.rule == "tb-peer" and f.line == line for f in report.errors)
+
+
+def test_a_hang_names_every_size_that_hangs_as_a_published_run_met_it():
+    """msccl-tools' all-pairs allreduce (Simple, one channel): each peer's threadblock sends 8 chunks before it
+    receives. Calls up to 32 MiB send them as 2 messages, which the FIFO holds; above, as 3 or more, and every
+    pair waits on the other. Its published run on 8 x MI300X (bench/published_files.yaml) completed 32 MiB and
+    hung at 64 MiB; the report used to name only the smallest hanging range (32-44.7 MB), which no
+    power-of-two call meets."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from msccl_files import make
+    report = verify_text(make("ar_allpair_simple_x_1"), "ar_allpair_simple_x_1.xml", "rccl")
+    assert not report.ok
+    assert "wait cycle for calls of 33554433 bytes or more" in report.errors[0].message
+    hangs = report.facts["hangs_for_bytes"]
+    inside = lambda n: any(lo <= n and (hi is None or n <= hi) for lo, hi in hangs)  # noqa: E731
+    assert inside(64 << 20) and not inside(32 << 20)
