@@ -497,3 +497,37 @@ def test_allreduce_rings_of_identical_nodes_are_lowered_by_symmetry(nodes):
     options = lower.LowerOptions(sms=topo.min_sms(), shape=topo.node_major())
     assert lower.lower_by_symmetry(schedule, get_target("exe"), options) == lower.lower(schedule, get_target("exe"),
                                                                                       options)
+
+
+@pytest.mark.parametrize("n, most", [(3, 2), (4, 2), (5, 4), (6, 4), (7, 6), (8, 7), (12, 11)])
+def test_disjoint_cycles_of_a_complete_node(n, most):
+    """The complete digraph on n vertices splits into n - 1 Hamiltonian cycles except for n = 4 and 6 (Tillson
+    1980), where the search stops at what it finds; every cycle visits every vertex and no hop is used twice."""
+    from colls.synth.ring import disjoint_cycles
+    verts = list(range(n))
+    cycles = disjoint_cycles(verts, {(a, b) for a in verts for b in verts if a != b})
+    assert len(cycles) == most
+    used = [(a, b) for c in cycles for a, b in zip(c, c[1:] + c[:1])]
+    assert len(used) == len(set(used)) and all(sorted(c) == verts for c in cycles)
+
+
+def test_rings_on_a_fully_connected_node_use_every_link():
+    """8 MI300X, one xGMI link between every pair: one ring at a time (each the best under the links the ones
+    before it loaded), 6 rings covered 48 of the 56 links and the last 8 form no ring, so 7 rings loaded some
+    links twice and the default ring file ran 6 rings. The link-disjoint cycles give 7 rings on all 56, and
+    the ring method takes them."""
+    from pathlib import Path
+    from colls.inputs.hardware import load_topology
+    from colls.synth.ring import _Planner
+    topo = load_topology(str(Path(__file__).resolve().parent.parent / "bench" / "hardware" / "mi300x.yaml"))
+    sets = _Planner(topo).ring_sets([6, 7, 14])
+    for k in (7, 14):
+        loads = {}
+        for r in sets[k]:
+            for hop in zip(r.order, r.order[1:] + r.order[:1]):
+                loads[hop] = loads.get(hop, 0) + 1
+        assert len(loads) == 56 and set(loads.values()) == {k // 7}
+    schedule = ring.synthesize(topo, Collective("allgather", 8))
+    assert schedule.info["rings"] == 7
+    for other in (topos.switch_node(8), topos.ndv2(), topos.mi250()):     # switches and sparse meshes: as before
+        assert _Planner(other)._disjoint() == []

@@ -183,9 +183,12 @@ class Baseline:
         if algorithm == "ring" and kind in defaults.NATIVE_RING and topology.ngpus > 1:
             # NCCL's own ring kernel: no file limits, laid out directly (defaults.ring_machine)
             per_channel = 2 if kind == "allgather" else 1
+            searched = defaults.searched_rings(topology, tgt, top)
+            if defaults.even_rings(topology) > 1:     # the runtime's channels: its searched rings, copied
+                most = searched * defaults.ring_copies(topology, tgt)
+                counts = sorted({c for c in counts if c <= most} | {most})
             counts = [c for c in counts if c * per_channel <= sms]
             last_error = f"{per_channel} threadblocks per channel, {sms} SMs"
-            searched = defaults.searched_rings(topology, tgt, top)
             for channels, orders in sorted(defaults.ring_orders(topology, kind, counts, searched).items()):
                 program, machine = defaults.ring_machine(topology, kind, orders, target=target)
                 entries.append(({"channels": channels}, program, machine))

@@ -219,6 +219,16 @@ def ring_orders(topology: Topology, kind: str, counts, searched: int | None = No
     return out
 
 
+def even_rings(topology: Topology) -> int:
+    """How many rings load a one-node dense mesh's links alike (its link-disjoint Hamiltonian cycles,
+    :meth:`colls.synth.ring._Planner._disjoint`), or 0 where the planner has no such set (switches, sparse
+    meshes, several nodes)."""
+    from colls.synth.ring import _Planner
+    if len(_nodes(topology)) != 1:
+        return 0
+    return len(topology.derived(("disjoint rings",), lambda: _Planner(topology)._disjoint()))
+
+
 def searched_rings(topology: Topology, tgt: Target, channels: int) -> int:
     """The most distinct rings the runtime's own ring runs on ``channels`` channels at most: its topology
     search finds at most half of them and every channel after the searched ones runs a searched ring again.
@@ -226,11 +236,23 @@ def searched_rings(topology: Topology, tgt: Target, channels: int) -> int:
     ``ncclTopoPostset``: "Duplicate channels rings/trees", channel ``c + nChannels`` gets channel ``c``'s
     ring prev and next, then ``nChannels*2``) and RCCL (the same ``ncclTopoPostset``, its duplication factor
     ``nc`` 2, and 4 on a single MI250 node: ``src/init.cc`` ``allGather3Data[rank].nc``, see
-    :data:`colls.runtimes.rccl.SINGLE_NODE_RING_COPIES`)."""
+    :data:`colls.runtimes.rccl.SINGLE_NODE_RING_COPIES`). On a dense mesh whose links ``d`` rings load alike
+    (:func:`even_rings`), a multiple of ``d``: the search keeps the rings that fit the links at its speed, as
+    RCCL's for 8 MI300X (ROCm/rccl src/graph/rome_models.cc, rome_model_79: 14 rings, each xGMI link in two,
+    on 28 channels), which no power of two balances over a GPU's 7 links."""
+    most = channels // ring_copies(topology, tgt)
+    d = even_rings(topology)
+    if d > 1 and most >= d:
+        most -= most % d
+    return max(1, most)
+
+
+def ring_copies(topology: Topology, tgt: Target) -> int:
+    """The runtime's duplication factor of its searched rings on ``topology`` (see :func:`searched_rings`)."""
     copies = tgt.ring_copies
     if len(_nodes(topology)) == 1:
         copies = dict(tgt.single_node_ring_copies).get(topology.gpu_model(), copies)
-    return max(1, channels // copies)
+    return copies
 
 
 def runtime_channels(topology: Topology, tgt: Target) -> int | None:

@@ -256,6 +256,82 @@ def all_cycles(vertices, hops, limit: int = CYCLE_LIMIT, budget: int = SEARCH_BU
     return found if rec(start, {start}, [start]) else None
 
 
+def disjoint_cycles(vertices, hops, budget: int = SEARCH_BUDGET) -> list[tuple]:
+    """As many Hamiltonian cycles through ``vertices`` as can share no hop (each a tuple starting at the first
+    vertex), at most the smallest out-degree: on a node where every GPU links to every other by one link of
+    the same bandwidth (8 MI300X: 7 cycles, Tillson 1980: the complete digraph on n vertices splits into
+    n - 1 Hamiltonian cycles for every n but 4 and 6), each cycle then loads each link it takes once.
+
+    Depth-first over cycles, each built hop by hop over the hops no earlier cycle took, trying first the next
+    vertex with the fewest hops left out of it (the way a knight's tour is found); a cycle that would leave some
+    vertex without a free hop in or out for the cycles still to come is not taken, and a dead end goes back to
+    the previous cycle. ``budget`` bounds the search (search nodes); the most cycles found within it is the
+    answer, deterministic."""
+    verts = list(vertices)
+    n = len(verts)
+    if n < 3:
+        return [tuple(verts)] if n == 1 else []
+    free = {v: {b for b in verts if b != v and (v, b) in hops} for v in verts}
+    target = min(len(free[v]) for v in verts)
+    best: list = []
+    chosen: list = []
+    expanded = [0]
+
+    def indeg(v):
+        return sum(1 for u in verts if v in free[u])
+
+    def cycle(start):
+        """The next Hamiltonian cycle over the free hops (a generator: each in turn, for backtracking)."""
+        path, seen = [start], {start}
+
+        def rec(v):
+            expanded[0] += 1
+            if expanded[0] > budget:
+                raise _OutOfBudget
+            if len(path) == n:
+                if start in free[v]:
+                    yield tuple(path)
+                return
+            for b in sorted((b for b in free[v] if b not in seen), key=lambda b: (len(free[b] - seen), verts.index(b))):
+                path.append(b)
+                seen.add(b)
+                yield from rec(b)
+                seen.discard(b)
+                path.pop()
+
+        yield from rec(start)
+
+    def take(order, sign):
+        for a, b in _hops(order, True):
+            if sign > 0:
+                free[a].discard(b)
+            else:
+                free[a].add(b)
+
+    def grow():
+        nonlocal best
+        if len(chosen) > len(best):
+            best = list(chosen)
+        if len(chosen) == target:
+            return True
+        for order in cycle(verts[0]):
+            take(order, 1)
+            left = target - len(chosen) - 1
+            if all(len(free[v]) >= left and indeg(v) >= left for v in verts):
+                chosen.append(order)
+                if grow():
+                    return True
+                chosen.pop()
+            take(order, -1)
+        return False
+
+    try:
+        grow()
+    except _OutOfBudget:
+        pass
+    return best
+
+
 def pack_rings(topology: Topology, cycles: list[tuple], count: int, above: Fraction | None = None,
                budget: int = SEARCH_BUDGET) -> tuple[Fraction, list[tuple]] | None:
     """``count`` rings from ``cycles`` (repeats allowed) that maximise the per-ring rate
@@ -382,7 +458,16 @@ class _Planner:
         cycles = self._cycles() if len(self.groups) == 1 else None
         if cycles is None:
             planned = self.plan(max(counts))
-            return {k: planned[:k] for k in counts}
+            spread = self._disjoint()
+            out = {}
+            for k in counts:
+                rings = planned[:k]
+                if spread:                 # k rings over the link-disjoint cycles in turn, where that is faster
+                    turn = [spread[j % len(spread)] for j in range(k)]
+                    if self._rate(turn) > self._rate(rings):
+                        rings = turn
+                out[k] = rings
+            return out
         sets: dict = {}
         carried = None
         for k in counts:
@@ -391,6 +476,29 @@ class _Planner:
                 sets[k] = [Ring(order) for order in found[1]]
                 carried = k * found[0] if carried is None else max(carried, k * found[0])
         return sets or {k: self.plan(k) for k in counts}
+
+    def _disjoint(self) -> list[Ring]:
+        """Link-disjoint Hamiltonian cycles of a dense one-node machine (:func:`disjoint_cycles` over the pairs
+        with a route, kept when they share no physical link), or [] when there are not two: the greedy rings can
+        leave links no ring takes (8 MI300X, every pair one xGMI link: 6 rings cover 48 of the 56 links, and
+        the last 8 form no ring), these load every link alike."""
+        if len(self.groups) != 1 or self._cycles() is not None:
+            return []                   # several nodes, or a sparse mesh whose every ring :func:`pack_rings` weighs
+        t, verts = self.topology, self.groups[0]
+        hops = {(a, b) for a in verts for b in verts if a != b and t.route(a, b) is not None}
+        rings = [Ring(order) for order in disjoint_cycles(verts, hops)]
+        # only where the cycles share no physical link either (not through a switch, whose ports they share)
+        return rings if len(rings) > 1 and self._rate(rings) == self._rate(rings[:1]) else []
+
+    def _rate(self, rings: list[Ring]) -> Fraction:
+        """The per-ring rate of a ring set: the least over its physical links of bandwidth / rings on it."""
+        loads: dict = defaultdict(int)
+        for ring in rings:
+            for a, b in _hops(ring.order, True):
+                route = self.topology.route(a, b)
+                for link in zip(route, route[1:]):
+                    loads[link] += 1
+        return min(Fraction(self.topology.bw(*link)) / k for link, k in loads.items())
 
     def _cycles(self) -> list[tuple] | None:
         """All Hamiltonian cycles of the node over routed pairs, best (bottleneck, total) first; None
