@@ -5,8 +5,8 @@ Run with ``python bench/files.py [--jobs N]`` (part of ``make bench``); writes `
 8 channels, all-pairs allgathers and allreduces on 1 to 8 channels; LL, LL128 and Simple) timed by
 rccl-tests on 8 x MI300X with RCCL 2.21.5, and in the same logs RCCL's own algorithm. Each file is rebuilt
 from its rules (``bench/msccl_files.py``), proved (``colls.verify``) and simulated as the run was made: in
-place, the RCCL target, stream launch, on ``bench/hardware/mi300x.yaml`` (8 MI300X, every pair joined by one
-xGMI link; not a shipped profile, see the README). RCCL's own algorithm is ``colls simulate --baseline nccl``
+place, the RCCL target, stream launch, on the shipped ``mi300x`` profile (8 MI300X, every pair joined by one
+xGMI link). RCCL's own algorithm is ``colls simulate --baseline nccl``
 there. Each row gives published time / model time (above 1 the model is optimistic), judged against the
 bands of ``bench/calibrate.py``.
 """
@@ -30,7 +30,7 @@ from calibrate import band  # noqa: E402
 from msccl_files import make  # noqa: E402
 
 RUNS = HERE / "published_files.yaml"
-MACHINE = HERE / "hardware" / "mi300x.yaml"
+MACHINE = "mi300x"
 OUT = HERE / "FILES.md"
 JSON_OUT = HERE / "files.json"
 SOURCE = "github.com/rouge3877/ns3-msccl-data, Validation/SingleCollective/GroundTruth"
@@ -42,7 +42,7 @@ def _file_times(run: dict) -> dict:
     from colls.msccl import read
     from colls.simulate import Machine, simulate
     from colls.verify import verify
-    topo = load_topology(str(MACHINE))
+    topo = load_topology(MACHINE)
     text = make(run["file"])
     prog = read(text, run["file"])
     report = verify(prog, target="rccl")
@@ -58,7 +58,7 @@ def _file_times(run: dict) -> dict:
 def _rccl_times(kind: str, sizes: list[int]) -> dict:
     from colls.inputs.hardware import load_topology
     from colls.simulate.baseline import RuntimeDefault
-    topo = load_topology(str(MACHINE))
+    topo = load_topology(MACHINE)
     base = RuntimeDefault(topo, kind, target="rccl", launch="stream")
     out = {}
     for size in sizes:
@@ -102,7 +102,7 @@ def main() -> None:
              "edit by hand.", "", f"Machine: {info['cpu']}, {info['cores']} cores, Python {info['python']}; "
              f"{info['date']}.", "",
              "msccl-tools files run by rccl-tests on 8 x MI300X, RCCL 2.21.5, no graphs (" + SOURCE + "), each "
-             "rebuilt by `bench/msccl_files.py`, proved, and simulated in place on `bench/hardware/mi300x.yaml` "
+             "rebuilt by `bench/msccl_files.py`, proved, and simulated in place on the `mi300x` profile "
              "with RCCL's costs for MI300X (`colls/runtimes/costs.py`, CDNA3, fitted on the runs named there). "
              "Ratio: published time / model time (above 1 the model is optimistic); bands as "
              "bench/CALIBRATION.md (16 MB and above 0.85-1.15, 64 KB to 16 MB 0.67-1.5, below 0.5-2).", "",

@@ -34,6 +34,8 @@ SHAPES = {
                      layout="rails", nic_bw=50),
     "mi250": dict(G=16, model="MI250-GCD", sms=104, local_bw=350, switches=0, nics=16, attach=16,
                   direct=_nonzero(MI250), layout="single", nic_bw=16),
+    "mi300x": dict(G=8, model="MI300X", sms=304, local_bw=448, switches=0, nics=8, attach=8, direct=56,
+                   layout="rails", nic_bw=50),
 }
 
 

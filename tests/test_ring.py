@@ -516,10 +516,9 @@ def test_rings_on_a_fully_connected_node_use_every_link():
     before it loaded), 6 rings covered 48 of the 56 links and the last 8 form no ring, so 7 rings loaded some
     links twice and the default ring file ran 6 rings. The link-disjoint cycles give 7 rings on all 56, and
     the ring method takes them."""
-    from pathlib import Path
     from colls.inputs.hardware import load_topology
     from colls.synth.ring import _Planner
-    topo = load_topology(str(Path(__file__).resolve().parent.parent / "bench" / "hardware" / "mi300x.yaml"))
+    topo = load_topology("mi300x")
     sets = _Planner(topo).ring_sets([6, 7, 14])
     for k in (7, 14):
         loads = {}

@@ -70,7 +70,7 @@ def test_rccl_on_mi300x_times_published_runs_of_another_generators_files(name, s
     root = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(root / "bench"))
     from msccl_files import make
-    t = hardware.load_topology(str(root / "bench" / "hardware" / "mi300x.yaml"))
+    t = hardware.load_topology("mi300x")
     assert family_of(t.gpu_model()).name == "CDNA3"
     timing, _ = simulate(read(make(name), name), t, "allgather", size, inplace=True, target="rccl")
     assert timing.time_us == pytest.approx(published, rel=0.1)
@@ -80,8 +80,7 @@ def test_rccls_own_ring_on_mi300x_runs_its_searched_rings_twice():
     """RCCL's rings for 8 MI300X load every xGMI link alike (14 rings on 28 channels); the model's 32 channels
     over 16 rings (7 + 7 + 2) loaded some links 5 times and others 4, 22 % slower than the published runs from
     256 MB (bench/published_files.yaml, out-of-place: allgather 1 GB 3,079 us, allreduce 5,977 us)."""
-    from pathlib import Path
-    t = hardware.load_topology(str(Path(__file__).resolve().parent.parent / "bench" / "hardware" / "mi300x.yaml"))
+    t = topo("mi300x")
     for kind, published in (("allgather", 3079.2), ("allreduce", 5977.3)):
         timing = RuntimeDefault(t, kind, target="rccl", launch="stream").time(1 << 30)
         assert timing.extra["channels"] == 28

@@ -64,6 +64,7 @@ from lxml import etree
 from colls.collectives import rank_ranges
 from colls.errors import CollsError, excerpt, printable, xml_reason
 from colls.files import read_text
+from colls.runtimes.costs import family_of
 
 MAX_DUMP_BYTES = 16 * 2**20
 MAX_DEPTH = 64          # levels of elements; NCCL's own dumps are about 8 deep
@@ -120,11 +121,12 @@ XGMI = {
     "gfx942": ("xgmi", Fraction(64), "48.0", "GFX94X_XGMI_WIDTH",
                "MI300X data sheet: xGMI (Infinity Fabric) links of 64 GB/s per direction"),
 }
-LAT_SWITCH, LAT_DIRECT, LAT_XGMI, LAT_NET = 0.15, 0.3, 0.7, 0.65
+LAT_SWITCH, LAT_DIRECT, LAT_XGMI, LAT_XGMI3, LAT_NET = 0.15, 0.3, 0.7, 1.7, 0.65
 _LAT_WHY = {
     LAT_SWITCH: "assumed: 0.3 us per transfer (TACCL's profiled NVSwitch alpha), over two hops GPU->switch->GPU",
     LAT_DIRECT: "assumed: 0.3 us per transfer (TACCL's profiled NVLink alpha); a direct link is one hop",
     LAT_XGMI: "assumed: no published xGMI figure; 0.7 us per transfer (as the shipped mi250 profile), one hop",
+    LAT_XGMI3: "measured: an LL hop of published MSCCL files on MI300X, RCCL 2.21.5 (as the shipped mi300x profile)",
     LAT_NET: "assumed: TACCL's remote alpha 2.6 us per transfer, over four hops GPU->NIC->switch->NIC->GPU",
 }
 # PCIe: GT/s per lane -> line encoding (8b/10b to Gen2, 128b/130b Gen3-5, Gen6 FLIT mode 242 of 256 bytes)
@@ -787,8 +789,9 @@ class _Builder:
             if links["totals"] or links["cpu"]:
                 classes[switch_class] = {"bandwidth": links["bw"], "latency": LAT_SWITCH}
             if links["matrix"]:
+                xgmi = LAT_XGMI3 if family_of(model["model"]).name == "CDNA3" else LAT_XGMI
                 classes[direct_class] = {"bandwidth": links["bw"],
-                                         "latency": LAT_XGMI if links["tag"] == "xgmi" else LAT_DIRECT}
+                                         "latency": xgmi if links["tag"] == "xgmi" else LAT_DIRECT}
             for c in classes.values():
                 if links["eff"]:
                     c["efficiency"] = links["eff"][0]

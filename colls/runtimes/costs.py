@@ -113,7 +113,7 @@ FAMILIES = {
     # Validation/SingleCollective/GroundTruth) give the figures here, fitted on the runs whose time one cost
     # dominates (bench/FILES.md compares every run with the model):
     # - the call: 5.3 us before the first message, all of it the host's (a stream launch): an all-pairs LL
-    #   allgather's 1 KB call (one hop) takes 7.0-7.4 us, of which the hop 1.7 us (bench/hardware/mi300x.yaml);
+    #   allgather's 1 KB call (one hop) takes 7.0-7.4 us, of which the hop 1.7 us (hardware/mi300x.yaml);
     #   with HIP graphs RCCL's own 1 KB allreduce takes 5.6 us less (13.11 -> 7.47 us, RCCL 2.22.3; AMD ROCm
     #   blogs, "MI300X RCCL xGMI"), so a graph launch costs nothing more;
     # - a message: LL 0 (its cost is the hop's latency), Simple 2.8 us (RCCL's hwLat Simple less LL,
