@@ -642,9 +642,14 @@ def _swap(tmp: str, directory: str) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _winner_words(r: Range) -> str:
+def _own(target: str) -> str:
+    """What runs a call no file takes, in short: "RCCL's own" for RCCL, "NCCL's own" otherwise."""
+    return get_target(target).own_algorithm.removesuffix(" algorithm") if target != PLAN_TARGET else "NCCL's own"
+
+
+def _winner_words(r: Range, target: str = "exe") -> str:
     if r.winner is None:
-        return "NCCL's own"
+        return _own(target)
     name, _, proto = r.winner
     f = r.compiled.facts if r.compiled is not None else {}
     info = f.get("method_info", {})
@@ -681,8 +686,8 @@ def summary_lines(plans, target: str) -> list[str]:
             ours = ", ".join(f"{size_text(p.sizes[i])} {_bw(p.best_timing(i))}" for i in ends)
             nccl = ", ".join(f"{size_text(p.sizes[i])} {_nccl_words(p.nccl[i])}" for i in ends)
             where = r.file or "no file"
-            lines.append(f"{_label(p)} {_bytes_words(r, target)}: {_winner_words(r)} ({where}); busbw {ours} GB/s;"
-                         f" NCCL's own, modelled: {nccl}" + (f"; {r.note}" if r.note else ""))
+            lines.append(f"{_label(p)} {_bytes_words(r, target)}: {_winner_words(r, target)} ({where}); busbw {ours} "
+                         f"GB/s; {_own(target)}, modelled: {nccl}" + (f"; {r.note}" if r.note else ""))
     return lines
 
 
@@ -696,17 +701,18 @@ def _margin_words(plans) -> str:
 
 def readme(plans, topology, target: str) -> str:
     out = [MARKER, f"# MSCCL algorithms for {topology.name} ({topology.ngpus} GPUs), target {target}", "",
-           "Written by `colls compile`. Each range of call sizes runs the file listed, or NCCL's own algorithm "
+           f"Written by `colls compile`. Each range of call sizes runs the file listed, or {_own(target)} algorithm "
            f"where no file is faster by more than {_margin_words(plans)}. busbw is nccl-tests' bus bandwidth in GB/s, "
            "modelled by `colls simulate`; \"of optimum\" is the share of `colls bound`'s best possible time.",
            "", "Install: `source env.sh` in the job's environment (it points the runtime at `algorithms/`). "
            "Check a call with `colls explain algorithms --ranks N --bytes SIZE`.", ""]
     for p in plans:
-        out += [f"## {_label(p)}", "", "| call sizes (bytes) | runs | file | busbw | of optimum | NCCL's modelled "
+        runtime = _own(target).removesuffix(" own")
+        out += [f"## {_label(p)}", "", f"| call sizes (bytes) | runs | file | busbw | of optimum | {runtime} modelled "
                 "busbw |", "|---|---|---|---|---|---|"]
         for r in p.ranges:
             file = f"`{ALGORITHMS}/{r.file}`" if r.file else (r.note or "none")
-            out.append(_readme_row(p, r, target, _winner_words(r), file))
+            out.append(_readme_row(p, r, target, _winner_words(r, target), file))
         if p.notes:
             out += [""] + [f"Note: {n}" for n in p.notes]
         refused = [m for m in p.methods if m.refused]
@@ -716,8 +722,8 @@ def readme(plans, topology, target: str) -> str:
                   for m in p.methods]
         beyond = [f"{name} at {', '.join(at)}" for name, at in beyond if at]
         if beyond:
-            out += ["", "Out of reach (a proven lower bound on the method's time is above NCCL's modelled time less "
-                    "the margin; not simulated further, so its curve stops there): " + "; ".join(beyond) + "."]
+            out += ["", f"Out of reach (a proven lower bound on the method's time is above {runtime} modelled time "
+                    "less the margin; not simulated further, so its curve stops there): " + "; ".join(beyond) + "."]
         out += ["", f"![{_label(p)}]({_label(p)}.png)", ""]
     return "\n".join(out) + "\n"
 
@@ -738,7 +744,7 @@ def env_sh(plans, target: str) -> str:
     channels = max((r.compiled.program.nchannels for p in plans for r in p.ranges if r.file), default=0)
     lines = ["# Source this file in the job's environment: . path/to/env.sh  (written by colls compile)",
              '_colls_dir="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)"',
-             "# MSCCL runs only with one rank per process; a call no file claims runs NCCL's own algorithm."]
+             f"# MSCCL runs only with one rank per process; a call no file claims runs {_own(target)} algorithm."]
     if target == "old":
         lines += [f'export MSCCL_XML_FILES="{":".join("$_colls_dir/" + f for f in files)}"',
                   "export NCCL_ALGO=MSCCL,RING,TREE      # MSCCL is off by default in this runtime"]

@@ -168,6 +168,9 @@ def test_other_targets(small, tmp_path, target):
     env = (out / "env.sh").read_text()
     if target == "rccl":
         assert "RCCL_MSCCL_ENABLE=1" in env and "MSCCL_ALGO_DIR" in env
+        # the runtime that keeps a call no file takes is RCCL, in every word the folder says about it
+        readme = (out / "README.md").read_text()
+        assert "RCCL's own algorithm" in env and "RCCL's modelled busbw" in readme and "NCCL" not in readme
     else:
         assert "MSCCL_XML_FILES" in env and "NCCL_ALGO=MSCCL,RING,TREE" in env
         assert len(data["files"]) <= comp.OLD_MAX_FILES
