@@ -27,7 +27,7 @@ OUT = HERE / "speedup.json"
 RESULTS = HERE / "RESULTS.md"
 README = HERE.parent / "README.md"
 BEGIN, END = "<!-- bench/speedup.py -->", "<!-- /bench/speedup.py -->"
-PROFILES = ("dgx-a100", "dgx-h100", "mi250", "dgx2", "ndv2")
+PROFILES = ("dgx-a100", "dgx-h100", "mi250", "dgx2", "ndv2", "mi300x")
 TARGET_SPEEDUP = 1.3          # the goal, for the table's last columns
 # the cases with a goal at 1 GB too (ForestColl reports gains of this size on real A100 and MI250 clusters)
 GOAL_AT_LARGEST = {("dgx-a100", "allgather"), ("dgx-a100", "reducescatter"), ("mi250", "allgather"),
@@ -42,7 +42,8 @@ def measure(profile: str, nodes: int, jobs: int) -> dict:
     from colls.inputs import hardware
     from colls.sizes import size_text
     topo = hardware.load_topology(profile, nodes=nodes)
-    target = "rccl" if profile == "mi250" else "exe"
+    from colls.runtimes.costs import family_of
+    target = "rccl" if family_of(topo.gpu_model()).runtime == "RCCL" else "exe"      # AMD GPUs run RCCL
     t0 = time.perf_counter()
     plans = comp.plan(topo, list(comp.ALL), target=target, jobs=jobs)
     out = {"gpus": topo.ngpus, "target": target, "seconds": round(time.perf_counter() - t0, 1), "collectives": {}}
