@@ -752,7 +752,12 @@ def env_sh(plans, target: str) -> str:
         lines += ['export MSCCL_ALGO_DIR="$_colls_dir/algorithms"']
         if target == "rccl":
             lines += ["export RCCL_MSCCL_ENABLE=1", "export RCCL_MSCCL_FORCE_ENABLE=1   # needed on GPUs other "
-                      "than MI300X"]
+                      "than MI300X",
+                      # RCCL reads one folder: MSCCL_ALGO_DIR, else <libdir>/msccl-algorithms, the files it ships
+                      # (ROCm/rccl src/misc/msccl/msccl_lifecycle.cc, mscclInternalSchedulerInit)
+                      "# RCCL then loads this folder's files instead of the ones it ships (its msccl-algorithms "
+                      "folder, which it runs by default on MI300X for some sizes): a call no file here claims "
+                      "runs RCCL's ring or tree, which is what colls compared against."]
         else:
             lines += ["export NCCL_MSCCL_ENABLE=1"]
     if channels:
