@@ -85,7 +85,8 @@ def main() -> None:
         done = list(pool.imap_unordered(_file_times, runs))
         files = {r["file"]: r["times"] for r in done}
         verdicts = {r["file"]: (r["verdict"], r["finding"]) for r in done}
-        rccl = {r["kind"]: r["times"] for r in pool.starmap(_rccl_times, [(k, sorted(v)) for k, v in rccl_sizes.items()])}
+        work = [(k, sorted(v)) for k, v in rccl_sizes.items()]
+        rccl = {r["kind"]: r["times"] for r in pool.starmap(_rccl_times, work)}
     data = []
     for run in runs:
         for size, published in sorted((int(s), float(t)) for s, t in run["file_us"].items()):
@@ -106,7 +107,8 @@ def main() -> None:
              "with RCCL's costs for MI300X (`colls/runtimes/costs.py`, CDNA3, fitted on the runs named there). "
              "Ratio: published time / model time (above 1 the model is optimistic); bands as "
              "bench/CALIBRATION.md (16 MB and above 0.85-1.15, 64 KB to 16 MB 0.67-1.5, below 0.5-2).", "",
-             "| protocol | band | within | points | geometric mean | lowest | highest |", "|---|---|---|---|---|---|---|"]
+             "| protocol | band | within | points | geometric mean | lowest | highest |",
+             "|---|---|---|---|---|---|---|"]
     for proto in ("Simple", "LL", "LL128"):
         for _, _, name in (b for b in _bands()):
             rs = [e for e in data if e["proto"] == proto and e.get("band") == name]
@@ -152,9 +154,9 @@ def main() -> None:
                 cells.append(f"{e['published_us']:g} / {e['model_us']:.1f} = {e['ratio']:.2f}{mark}")
         lines.append(f"| {run['file']} | " + " | ".join(cells) + " |")
     OUT.write_text("\n".join(lines) + "\n")
-    JSON_OUT.write_text(json.dumps({"machine": info, "files": data, "rccl": rccl_rows,
-                                    "verdicts": {k: v[0] for k, v in sorted(verdicts.items())}}, indent=1, sort_keys=True)
-                        + "\n")
+    verdict_of = {k: v[0] for k, v in sorted(verdicts.items())}
+    JSON_OUT.write_text(json.dumps({"machine": info, "files": data, "rccl": rccl_rows, "verdicts": verdict_of},
+                                   indent=1, sort_keys=True) + "\n")
     modelled = [e for e in data if e.get("band")]
     print(f"{sum(e['within'] for e in modelled)} of {len(modelled)} file points within their band; wrote {OUT}")
 

@@ -479,7 +479,8 @@ class _Planner:
 
     def _disjoint(self) -> list[Ring]:
         """Link-disjoint Hamiltonian cycles of a dense one-node machine (:func:`disjoint_cycles` over the pairs
-        with a route, kept when they share no physical link), or [] when there are not two: the greedy rings can
+        with a route, kept when together each runs at one ring's rate: no physical link they share slows them),
+        or [] when there are not two: the greedy rings can
         leave links no ring takes (8 MI300X, every pair one xGMI link: 6 rings cover 48 of the 56 links, and
         the last 8 form no ring), these load every link alike."""
         if len(self.groups) != 1 or self._cycles() is not None:
@@ -487,7 +488,7 @@ class _Planner:
         t, verts = self.topology, self.groups[0]
         hops = {(a, b) for a in verts for b in verts if a != b and t.route(a, b) is not None}
         rings = [Ring(order) for order in disjoint_cycles(verts, hops)]
-        # only where the cycles share no physical link either (not through a switch, whose ports they share)
+        # only where sharing no hop means sharing no slower link (not through a switch, whose ports they share)
         return rings if len(rings) > 1 and self._rate(rings) == self._rate(rings[:1]) else []
 
     def _rate(self, rings: list[Ring]) -> Fraction:
