@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from calibrate import band  # noqa: E402
+from calibrate import BANDS, band  # noqa: E402
 from msccl_files import make  # noqa: E402
 
 RUNS = HERE / "published_files.yaml"
@@ -110,7 +110,7 @@ def main() -> None:
              "| protocol | band | within | points | geometric mean | lowest | highest |",
              "|---|---|---|---|---|---|---|"]
     for proto in ("Simple", "LL", "LL128"):
-        for _, _, name in (b for b in _bands()):
+        for _, _, name in BANDS:
             rs = [e for e in data if e["proto"] == proto and e.get("band") == name]
             if not rs:
                 continue
@@ -159,11 +159,6 @@ def main() -> None:
                                    indent=1, sort_keys=True) + "\n")
     modelled = [e for e in data if e.get("band")]
     print(f"{sum(e['within'] for e in modelled)} of {len(modelled)} file points within their band; wrote {OUT}")
-
-
-def _bands():
-    from calibrate import BANDS
-    return BANDS
 
 
 def _sizes(data) -> list[int]:

@@ -706,8 +706,8 @@ def readme(plans, topology, target: str) -> str:
            "modelled by `colls simulate`; \"of optimum\" is the share of `colls bound`'s best possible time.",
            "", "Install: `source env.sh` in the job's environment (it points the runtime at `algorithms/`). "
            "Check a call with `colls explain algorithms --ranks N --bytes SIZE`.", ""]
+    runtime = _own(target).removesuffix(" own")
     for p in plans:
-        runtime = _own(target).removesuffix(" own")
         out += [f"## {_label(p)}", "", f"| call sizes (bytes) | runs | file | busbw | of optimum | {runtime} modelled "
                 "busbw |", "|---|---|---|---|---|---|"]
         for r in p.ranges:
@@ -1111,7 +1111,7 @@ def plans_readme(plans, topology) -> str:
                 "busbw |", "|---|---|---|---|---|---|"]
         for r in p.ranges:
             files = ", ".join(f"`{PLANS}/{f}`" for f, _ in r.plans) or (r.note or "none")
-            words = "NCCL's own" if r.winner is None else (f"{r.winner[0]} x{r.compiled.facts['instances']}, "
+            words = _own(PLAN_TARGET) if r.winner is None else (f"{r.winner[0]} x{r.compiled.facts['instances']}, "
                                                              f"{r.compiled.facts['threadblocks']} threadblocks/GPU, "
                                                              f"{unit_words(r.compiled.facts['plan_slice'], r.compiled.facts['plan_protocol'])}")
             out.append(_readme_row(p, r, PLAN_TARGET, words, files))

@@ -398,7 +398,7 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
     # rings on one node: more rings while the bandwidth model still grows (7 link-disjoint rings on 8 MI300X
     # leave 56 chunks; 8 rings load 8 links twice, 32 rings carry 4 or 5 on each: 8 -> 32 rings is 293 -> 384
     # GB/s). Planning rings on one node is cheap; on a cluster each doubling plans every GPU again.
-    if method == "ring" and len({topology.node_of(r) for r in topology.gpus}) == 1 and tried:
+    if method == "ring" and topology.nodes == 1 and tried:
         other, alt = max(tried, key=lambda x: x[0])
         while other * 2 <= tgt.max_channels:
             more = plan_count(other * 2)

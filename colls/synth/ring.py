@@ -503,7 +503,12 @@ class _Planner:
 
     def _cycles(self) -> list[tuple] | None:
         """All Hamiltonian cycles of the node over routed pairs, best (bottleneck, total) first; None
-        for a dense graph (more than CYCLE_LIMIT)."""
+        for a dense graph (more than CYCLE_LIMIT). Enumerated once per planner."""
+        if "_cycle_list" not in self.__dict__:
+            self._cycle_list = self._enumerate_cycles()
+        return self._cycle_list
+
+    def _enumerate_cycles(self) -> list[tuple] | None:
         t, verts = self.topology, self.groups[0]
         hops = {(a, b) for a in verts for b in verts if a != b and t.route(a, b) is not None}
         cycles = all_cycles(verts, hops)
