@@ -152,6 +152,7 @@ def _lower_all(schedule: Schedule, target: Target, options: LowerOptions, sym: t
     # Within a step, local ops go last: a rank's first sends then never wait for its own copies.
     all_ops = _split_counts(schedule.execution_order(), target.max_cnt - 1)
     lanes = sorted({op.lane for op in all_ops})
+    sending = {op.lane for op in all_ops if not op.local}
     if sym is not None:
         all_ops = [op for op in all_ops if op.src < sym[0] or op.dst < sym[0]]
         sym = sym + (_images(all_ops, schedule.collective, *sym),)
@@ -172,11 +173,14 @@ def _lower_all(schedule: Schedule, target: Target, options: LowerOptions, sym: t
     need = -(-_least_steps(all_ops, lambda op: op.lane) // target.max_steps)
     for nseg in range(min(max(schedule.info.get("min_segments", 1), need), target.max_channels),
                       target.max_channels + 1):
-        base = min(len(lanes), max(1, target.max_channels // nseg))
+        most = max(1, target.max_channels // nseg)
+        base = min(len(lanes), most)
         if base * nseg > target.max_channels:
             break
         while True:     # lanes share channels where a rank's peers need channels of their own (_peer_parts)
-            lane_chan = {lane: (k % base) * nseg for k, lane in enumerate(lanes)}
+            # a lane of local copies only (an alltoall's copies out of scratch) has no connection to share a
+            # channel with: it keeps a channel (and its threadblock) of its own while the lanes that send share
+            lane_chan = {lane: (k % (base if lane in sending else most)) * nseg for k, lane in enumerate(lanes)}
             cuts = _peer_parts(all_ops, nseg, nsteps, base, lane_chan, target)
             if cuts is not None or base == 1:
                 break
@@ -956,6 +960,7 @@ def _assemble(schedule: Schedule, tbs: list[_Tb], options: LowerOptions, target:
     for rank, group in by_rank.items():
         group.sort(key=lambda t: (t.chan, t.recv < 0, rank_offset(shape, t.recv, rank), t.send < 0,
                                   rank_offset(shape, t.send, rank)))
+        _waited_first(schedule, rank, group, target, options)
         for k, tb in enumerate(group):
             tb.id = k
     # Step indices, counting one nop per extra cross-tb dependency.
@@ -995,6 +1000,24 @@ def _assemble(schedule: Schedule, tbs: list[_Tb], options: LowerOptions, target:
         nchannels=nchannels, proto=options.proto, inplace=int(options.inplace),
         outofplace=int(options.outofplace), min_bytes=options.min_bytes, max_bytes=options.max_bytes,
         gpus=gpus)
+
+
+def _waited_first(schedule: Schedule, rank: int, group: list[_Tb], target: Target, options: LowerOptions) -> None:
+    """Where a rank has more threadblocks than ids a step can wait on (``target.max_dep_tb``), put those other
+    threadblocks wait on first, each kind in its order, or refuse when they are more than those ids (a direct
+    alltoall in place on 256 GPUs: a receive from each of 255 peers, each waited on by a copy out of scratch)."""
+    most = target.max_dep_tb
+    if most is None or len(group) <= most + 1:
+        return
+    waited = {id(d.tb) for tb in group for ins in tb.instrs for d in ins.deps if d.tb is not tb}
+    if len(waited) > most + 1:
+        raise LimitError(f"{schedule.method} {schedule.collective.kind}: GPU {rank} has {len(waited)} threadblocks "
+                         f"that others wait on; {target.name} names the one a step waits on in an int8_t "
+                         f"(dependentBid in msccl_struct.h), so at most {most + 1}; try "
+                         + ("--outofplace-only (an alltoall then stages nothing), "
+                            if schedule.collective.kind == "alltoall" and options.inplace else "")
+                         + "fewer --nodes, --instances or --chunks, or another --method")
+    group.sort(key=lambda t: id(t) not in waited)
 
 
 def _cross(ins: _Instr) -> list[_Instr]:

@@ -329,6 +329,17 @@ def check_limits(topology: Topology, collective: Collective, method: str, tgt: T
         raise LimitError(f"{method} {collective.kind} on {topology.name}: a rank talks to {peers} peers, "
                          f"one threadblock each, {who}; try "
                          + ("--method trees" if collective.kind != "alltoall" else "fewer --nodes"))
+    inplace = (options or {}).get("inplace", True)
+    if peers == n - 1 and collective.kind == "alltoall" and inplace and tgt.max_dep_tb is not None \
+            and peers > tgt.max_dep_tb + 1:
+        # in place, the last rank takes every lower rank's block into scratch (it has yet to send what is in
+        # its output: colls.synth.direct.alltoall_ops), each through the threadblock receiving from that peer,
+        # and copies it out on a threadblock that waits for that one (colls.lower._waited_first)
+        raise LimitError(f"{method} alltoall on {topology.name}: in place, GPU {n - 1} takes the blocks of its "
+                         f"{peers} peers into scratch, one threadblock receiving from each, and copies them out on "
+                         f"threadblocks that wait for those; {tgt.name} lets a step wait only on threadblocks 0 to "
+                         f"{tgt.max_dep_tb} (an int8_t dependentBid in msccl_struct.h); try --outofplace-only "
+                         f"or fewer --nodes")
     if steps > tgt.max_steps * limit_tbs:
         raise LimitError(f"{method} {collective.kind} on {topology.name}: a rank needs at least {steps} "
                          f"steps, more than {limit_tbs} threadblocks of {tgt.max_steps} steps hold"

@@ -363,13 +363,14 @@ def test_peers_beyond_a_channels_threadblocks_move_whole_to_a_channel_of_their_o
 
 
 def test_a_layout_that_fails_with_its_peers_moved_is_refused_at_once(monkeypatch):
-    """A direct alltoall on 8 x dgx-h100 (64 GPUs): 63 peers on each rank's channel, more than exe's 32, so
-    they are dealt over two; the steps then still do not fit a threadblock. More step segments would only
-    leave fewer channels for the peers, so the lowering refuses after that one layout, saying both."""
+    """A direct alltoall on 16 x dgx-h100 (128 GPUs): 127 peers on each rank's channel, more than exe's 32, so
+    they are dealt over four; the last rank's 127 copies out of scratch, on the one lane the transfers leave of
+    its 132 SMs, then still do not fit a threadblock. More step segments would only leave fewer channels for
+    the peers, so the lowering refuses after that one layout, saying both."""
     import colls.lower as lower_mod
     from colls.inputs.hardware import load_topology
     from colls.synth import get_method
-    topo = load_topology("dgx-h100", nodes=8)
+    topo = load_topology("dgx-h100", nodes=16)
     schedule = get_method("direct")(topo, Collective("alltoall", topo.ngpus))
     tried = []
     real = lower_mod._lower_once
@@ -412,3 +413,44 @@ def test_more_peers_than_threadblocks_is_refused_before_any_layout():
         lower(schedule, replace(TARGETS["exe"], max_tbs=4))
     assert e.value.any_layout
     assert 7 <= lower(schedule, TARGETS["exe"]).max_tbs()
+
+
+def test_threadblocks_waited_on_get_the_ids_a_step_can_name_or_the_layout_is_refused():
+    """The MSCCL runtimes name the threadblock a step waits on in an int8_t (dependentBid): on a rank with more
+    threadblocks than such ids, those waited on come first. A 6-rank direct reduce-scatter has 11 threadblocks a
+    rank, 5 of them waited on (one of them the last): with ids 0-4 nameable they are renumbered into 0-4 and the
+    program still proves; with 0-3 the lowering refuses and says why, before any file is written."""
+    sched = direct_reducescatter(6)
+    free = lower(sched, TARGETS["exe"])
+    assert any(st.depid == 10 for g in free.gpus for tb in g.tbs for st in tb.steps)
+    narrow = replace(TARGETS["exe"], max_dep_tb=4)
+    program = lower(sched, narrow)
+    check(program)
+    for g in program.gpus:
+        assert len(g.tbs) == 11
+        assert {st.depid for tb in g.tbs for st in tb.steps if st.depid >= 0} <= set(range(5))
+    with pytest.raises(CollsError, match="GPU 0 has 5 threadblocks that others wait on; exe names the one a step "
+                                         r"waits on in an int8_t \(dependentBid in msccl_struct.h\), so at most 4"):
+        lower(sched, replace(TARGETS["exe"], max_dep_tb=3))
+    # MSCCL++ plans wait on semaphores: no such limit
+    from colls.runtimes import LOWERINGS
+    assert LOWERINGS["mscclpp"].max_dep_tb is None and TARGETS["rccl"].max_dep_tb == 127
+
+
+def test_copies_out_of_scratch_keep_channels_of_their_own_when_the_sending_lanes_share_few():
+    """A direct alltoall on 4 x DGX-2 (64 GPUs, 80 SMs): a send and a receive threadblock per peer would leave
+    no SM for the copies out of scratch, so the lanes are what one threadblock per peer leaves (the lowering
+    packs each peer's two), and while the peers of the sending lane share channels (63 peers, 32 a channel),
+    each lane of copies keeps a channel of its own: the last rank's 63 copies fit 64 steps (they were 78 steps
+    in one threadblock, refused). The file proves correct in place and out of place."""
+    from colls.inputs.hardware import load_topology
+    from colls.synth import direct
+    topo = load_topology("dgx2", nodes=4)
+    assert direct.copy_lanes(topo, 64, None) == 8     # 72 of 80 SMs, 63 for the peers, one for the own block
+    schedule = direct.synthesize(topo, Collective("alltoall", topo.ngpus))
+    program = lower(schedule, TARGETS["exe"], LowerOptions(sms=topo.min_sms(), shape=topo.node_major()))
+    assert program.max_steps() <= 64 and program.max_tbs() <= 80
+    last = program.gpus[-1]
+    local = [tb for tb in last.tbs if tb.send < 0 and tb.recv < 0]
+    assert len({tb.chan for tb in local}) == len(local) > 1
+    assert verify.verify(program, TARGETS["exe"], sms=topo.min_sms()).ok

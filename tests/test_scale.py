@@ -187,3 +187,17 @@ def test_rings_whose_segments_no_count_of_channels_holds_are_refused_up_front(ki
         pipeline.check_rank_limits(coll, "ring", TARGETS["exe"], options={"rings": 1}, where="here")
     pipeline.check_rank_limits(Collective("allgather", 1024), "ring", TARGETS["exe"], where="here")
     pipeline.check_rank_limits(coll, "ring", TARGETS["old"], where="here")
+
+
+def test_an_alltoall_in_place_beyond_the_threadblocks_a_step_can_wait_on_is_refused_up_front():
+    """32 x MI300X (256 GPUs, 304 CUs): in place, the last rank takes the blocks of 255 peers into scratch, each
+    through the threadblock receiving from that peer, and copies them out on threadblocks that wait for those;
+    a step names the one it waits on in an int8_t: refused before any synthesis (it took 5-7 s of planning and
+    lowering), pointing to out-of-place calls, which pass this check."""
+    topo = hardware.load_topology("mi300x", nodes=32)
+    coll = Collective("alltoall", topo.ngpus)
+    for method in ("direct", "ring"):
+        with pytest.raises(LimitError, match=r"in place, GPU 255 takes the blocks of its 255 peers into scratch.*"
+                                             r"int8_t dependentBid.*try --outofplace-only"):
+            pipeline.check_limits(topo, coll, method, TARGETS["exe"])
+        pipeline.check_limits(topo, coll, method, TARGETS["exe"], options={"inplace": False})

@@ -106,7 +106,7 @@ PLAN_PROOF_THREADBLOCKS = 3072
 PLAN_REMOTE_STEP_OPS = 2
 LOWERING = dataclasses.replace(exe.TARGET, name="mscclpp", description="MSCCL++ execution plans (0.8 and later)",
                                max_steps=PLAN_STEP_BOUND, max_channels=PLAN_MAX_CHANNELS,
-                               max_remote_steps=MAX_OPERATIONS // PLAN_REMOTE_STEP_OPS)
+                               max_remote_steps=MAX_OPERATIONS // PLAN_REMOTE_STEP_OPS, max_dep_tb=None)
 BUFFER_ALIGNMENT = 16                # default buffer_alignment (EP); offsets are in these units
 # With reuse_resources the executor's own 128 MiB buffer is the scratch (EX defaultScratchBufferSize =
 # 1 << 27) and chunks beyond PREDFINED_SCRATCH_SIZE = 64 MiB (EC) wrap; colls never sets reuse_resources,
