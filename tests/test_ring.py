@@ -543,3 +543,37 @@ def test_a_ring_file_on_a_fully_connected_node_takes_more_rings_where_seven_divi
     assert result.schedule.info["rings"] == 32
     assert not result.program.nchunksperloop & (result.program.nchunksperloop - 1)
     assert result.schedule.model_algbw(topo)[0] >= 0.9 * bound.bound(topo, "allgather").algbw
+
+
+@pytest.mark.parametrize("nodes", [2, 4])
+def test_rings_across_fully_connected_nodes_share_no_link_and_no_nic(nodes):
+    """MI300X nodes, one xGMI link between every pair and a rail per GPU: ring after ring, each planned under the
+    loads of those before, the node paths overlapped (2 nodes: the busiest xGMI link carried two of 8 rings,
+    51 % of the link optimum, and the file 0.76x RCCL's ring). The zigzag paths (a sequencing of Z_8) shifted by
+    one GPU a ring use each of a node's 56 links once over 8 rings and each NIC once a direction; every crossing
+    stays on its rail; the link model then reaches 80 % of the optimum on 2 nodes."""
+    from colls import bound
+    from colls.inputs.hardware import load_topology
+    from colls.synth.ring import _Planner
+    topo = load_topology("mi300x", nodes=nodes)
+    n = topo.ngpus
+    count, orders = ring.choice(topo, Collective("allgather", n))
+    assert count == 8
+    loads: dict = {}
+    for order in orders:
+        assert sorted(order) == list(range(n))
+        for a, b in zip(order, order[1:] + order[:1]):
+            for link in zip(topo.route(a, b), topo.route(a, b)[1:]):
+                loads[link] = loads.get(link, 0) + 1
+    assert set(loads.values()) == {1}
+    inside = [(a, b) for a, b in loads if isinstance(a, int) and isinstance(b, int)]
+    assert len(inside) == nodes * 56
+    rings = _Planner(topo)._disjoint_paths()
+    assert all(c["rail_matched"] for r in rings for c in r.crossings)
+    schedule = ring.synthesize(topo, Collective("allgather", n))
+    if nodes == 2:
+        assert schedule.model_algbw(topo)[0] >= 0.8 * bound.bound(topo, "allgather").algbw
+    # an odd number of nodes cannot return to its first GPU on matched rails: the rings are planned as before
+    assert _Planner(load_topology("mi300x", nodes=3))._disjoint_paths() == []
+    for other in (load_topology("dgx-a100", nodes=2), load_topology("mi250", nodes=2)):
+        assert _Planner(other)._disjoint_paths() == []

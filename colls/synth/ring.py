@@ -482,9 +482,11 @@ class _Planner:
         with a route, kept when together each runs at one ring's rate: no physical link they share slows them),
         or [] when there are not two: the greedy rings can
         leave links no ring takes (8 MI300X, every pair one xGMI link: 6 rings cover 48 of the 56 links, and
-        the last 8 form no ring), these load every link alike."""
-        if len(self.groups) != 1 or self._cycles() is not None:
-            return []                   # several nodes, or a sparse mesh whose every ring :func:`pack_rings` weighs
+        the last 8 form no ring), these load every link alike. On several nodes: :meth:`_disjoint_paths`."""
+        if len(self.groups) > 1:
+            return self._disjoint_paths()
+        if self._cycles() is not None:
+            return []                   # a sparse mesh whose every ring :func:`pack_rings` weighs
         t, verts = self.topology, self.groups[0]
         hops = {(a, b) for a in verts for b in verts if a != b and t.route(a, b) is not None}
         rings = [Ring(order) for order in disjoint_cycles(verts, hops)]
@@ -629,11 +631,19 @@ class _Planner:
         return True
 
     def _next_multi(self, j: int) -> Ring:
-        t, k = self.topology, len(self.rails)
+        k = len(self.rails)
         paths = []
         for n, g in enumerate(self.groups):
             paths.append(self._node_path(g, self.rails[(j + self.entry_offset[n]) % k],
                                          self.rails[(j + self.exit_offset[n]) % k]))
+        for p in paths:
+            self.uses[p[0]] += 1
+            self.uses[p[-1]] += 1
+        return self._joined(paths)
+
+    def _joined(self, paths: list[tuple]) -> Ring:
+        """The ring through the nodes' ``paths`` in turn, with the NIC crossings between them."""
+        t = self.topology
         crossings = []
         nn = len(paths)
         for n in range(nn):
@@ -644,10 +654,34 @@ class _Planner:
             crossings.append({"from": x, "to": e, "tx": str(nics[0]) if nics else None,
                               "rx": str(nics[-1]) if nics else None,
                               "rail": out if out == into else f"{out}->{into}", "rail_matched": out == into})
-        for p in paths:
-            self.uses[p[0]] += 1
-            self.uses[p[-1]] += 1
         return Ring(tuple(r for p in paths for r in p), tuple(crossings))
+
+    def _disjoint_paths(self) -> list[Ring]:
+        """On an even number of nodes where every GPU links to every other of its node by one link of the same
+        bandwidth (xGMI on MI300X) and each GPU of a node has a rail of its own that meets the same GPU of the
+        next node: as many rings as a node has GPUs, m, whose paths through each node share no link and whose
+        crossings share no NIC; else []. The greedy rings' node paths overlap there (2 x MI300X: its busiest
+        xGMI link carried two of 8 rings, 51 % of the link optimum).
+
+        Ring j enters node n at local GPU j + n m/2 and takes the zigzag v, v-1, v+1, v-2, ..., v + m/2 (mod m):
+        its hops' differences are every nonzero residue once (a sequencing of Z_m, Gordon 1961), so the m
+        shifted paths use each of the node's m(m-1) links once, and it leaves on the rail of v + m/2 to the same
+        GPU of the next node; after an even number of nodes it is back at GPU j."""
+        t, groups = self.topology, self.groups
+        nn, m = len(groups), len(groups[0])
+        if nn % 2 or m % 2 or m < 4 or any(len(g) != m for g in groups):
+            return []
+        for n, g in enumerate(groups):
+            routes = [t.route(a, b) for a in g for b in g if a != b]
+            if any(r is None or len(r) != 2 for r in routes) or len({t.bw(*r) for r in routes}) != 1:
+                return []
+            nxt = groups[(n + 1) % nn]
+            if len({self.tx[a] for a in g}) != m or any(self.tx[a] is None or self.tx[a] != self.rx[nxt[i]]
+                                                        for i, a in enumerate(g)):
+                return []
+        zigzag = [0] + [v for d in range(1, m // 2) for v in (-d % m, d)] + [m // 2]
+        return [self._joined([tuple(g[(j + n * m // 2 + z) % m] for z in zigzag) for n, g in enumerate(groups)])
+                for j in range(m)]
 
     def _node_path(self, g: list, entry_rail: str, exit_rail: str) -> tuple:
         """The node's part of the next ring, from a GPU on ``entry_rail`` to one on ``exit_rail``.
