@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 RESULTS = Path(__file__).resolve().parent / "REFUSALS.md"
-PROFILES = ("dgx-a100", "dgx-h100", "dgx2", "mi250", "ndv2")
+PROFILES = ("dgx-a100", "dgx-h100", "dgx2", "mi250", "ndv2", "mi300x")
 METHODS = ("ring", "direct", "trees", "milp", "hier")
 KINDS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce")
 MOST_GPUS = 1024         # one MSCCL file's <gpu> elements (MSCCL_MAX_SUBS)
