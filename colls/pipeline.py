@@ -329,22 +329,37 @@ def check_limits(topology: Topology, collective: Collective, method: str, tgt: T
         raise LimitError(f"{method} {collective.kind} on {topology.name}: a rank talks to {peers} peers, "
                          f"one threadblock each, {who}; try "
                          + ("--method trees" if collective.kind != "alltoall" else "fewer --nodes"))
-    inplace = (options or {}).get("inplace", True)
-    if peers == n - 1 and collective.kind == "alltoall" and inplace and tgt.max_dep_tb is not None \
-            and peers > tgt.max_dep_tb + 1:
-        # in place, the last rank takes every lower rank's block into scratch (it has yet to send what is in
-        # its output: colls.synth.direct.alltoall_ops), each through the threadblock receiving from that peer,
-        # and copies it out on a threadblock that waits for that one (colls.lower._waited_first)
-        raise LimitError(f"{method} alltoall on {topology.name}: in place, GPU {n - 1} takes the blocks of its "
-                         f"{peers} peers into scratch, one threadblock receiving from each, and copies them out on "
-                         f"threadblocks that wait for those; {tgt.name} lets a step wait only on threadblocks 0 to "
-                         f"{tgt.max_dep_tb} (an int8_t dependentBid in msccl_struct.h); try --outofplace-only "
-                         f"or fewer --nodes")
+    _check_waited(topology, collective, method, tgt, peers, (options or {}).get("inplace", True))
     if steps > tgt.max_steps * limit_tbs:
         raise LimitError(f"{method} {collective.kind} on {topology.name}: a rank needs at least {steps} "
                          f"steps, more than {limit_tbs} threadblocks of {tgt.max_steps} steps hold"
                          + (f", {tgt.tbs_why}" if tgt.tbs_why and limit_tbs == tgt.max_tbs else "")
                          + f"; try {hint}")
+
+
+def _check_waited(topology: Topology, collective: Collective, method: str, tgt: Target, peers: int,
+                  inplace: bool) -> None:
+    """Refuse a schedule that talks to every other rank, one threadblock each, when more of a rank's threadblocks
+    must be waited on than a step can name (``tgt.max_dep_tb``: an int8_t dependentBid in msccl_struct.h; the
+    lowering numbers those first, :func:`colls.lower._waited_first`, and refuses the rest after laying them out,
+    10-12 s on 256 GPUs). In place, an alltoall's last rank takes every lower rank's block into scratch (it has
+    yet to send what its output holds: colls.synth.direct.alltoall_ops), each through the threadblock receiving
+    from that peer, and copies it out on a threadblock that waits for that one: N - 1 of them. A direct sum
+    (reduce-scatter, allreduce, reduce) adds the peers' blocks one after another, each receiving threadblock
+    waiting for the one before (colls.synth.direct._gather_sum): N - 2."""
+    n, most = collective.nranks, tgt.max_dep_tb
+    if most is None or peers != n - 1:
+        return
+    if collective.kind == "alltoall" and inplace and n - 1 > most + 1:
+        raise LimitError(f"{method} alltoall on {topology.name}: in place, GPU {n - 1} takes the blocks of its "
+                         f"{peers} peers into scratch, one threadblock receiving from each, and copies them out on "
+                         f"threadblocks that wait for those; {tgt.name} lets a step wait only on threadblocks 0 to "
+                         f"{most} (an int8_t dependentBid in msccl_struct.h); try --outofplace-only or fewer --nodes")
+    if method == "direct" and collective.kind in ("reducescatter", "allreduce", "reduce") and n - 2 > most + 1:
+        raise LimitError(f"direct {collective.kind} on {topology.name}: a rank adds the blocks of its {peers} peers "
+                         f"one after another, each threadblock receiving from a peer waiting for the one before "
+                         f"({n - 2} threadblocks waited on); {tgt.name} lets a step wait only on threadblocks 0 to "
+                         f"{most} (an int8_t dependentBid in msccl_struct.h); try --method hier, ring or trees")
 
 
 # the option that sets a method's count of rings or trees, and where its schedule says the count it used

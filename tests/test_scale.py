@@ -201,3 +201,16 @@ def test_an_alltoall_in_place_beyond_the_threadblocks_a_step_can_wait_on_is_refu
                                              r"int8_t dependentBid.*try --outofplace-only"):
             pipeline.check_limits(topo, coll, method, TARGETS["exe"])
         pipeline.check_limits(topo, coll, method, TARGETS["exe"], options={"inplace": False})
+
+
+@pytest.mark.parametrize("kind", ["reducescatter", "allreduce", "reduce"])
+def test_a_direct_sum_beyond_the_threadblocks_a_step_can_wait_on_is_refused_up_front(kind):
+    """A direct sum on 256 GPUs adds its 255 peers' blocks one after another, each receiving threadblock waiting
+    for the one before: 254 threadblocks waited on, where a step names at most 128. Refused before synthesis
+    (the lowering found it after 10-12 s); on 128 GPUs (126) the check lets it through to the lowering."""
+    topo = hardware.load_topology("mi300x", nodes=32)
+    with pytest.raises(LimitError, match=r"255 peers one after another.*254 threadblocks waited on.*int8_t dependentBid"):
+        pipeline.check_limits(topo, Collective(kind, topo.ngpus), "direct", TARGETS["exe"])
+    pipeline.check_limits(topo, Collective("allgather", topo.ngpus), "direct", TARGETS["exe"])
+    smaller = hardware.load_topology("mi300x", nodes=16)
+    pipeline.check_limits(smaller, Collective(kind, smaller.ngpus), "direct", TARGETS["exe"])
