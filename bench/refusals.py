@@ -13,7 +13,9 @@ what remains is the proof, timed with the whole file by bench/scale.py), recorde
 plans (``--target mscclpp``) the programs lowered first are candidates that may still not fit a plan's ops, so
 a case is over when the file chosen starts its proof ("verifying the file"). The table goes to
 ``bench/REFUSALS.md`` (exe) with the machine it ran on, the refusals over 5 s and the cases over a minute listed
-first. A benchmark never fails the build, it records.
+first. ``--rerun`` runs the cases selected again and puts their rows into the table ``--out`` already holds (after a
+change that moves a few cases; its header then says how many ran again, when). A benchmark never fails the build,
+it records.
 
 ``--commands bound,show,derive,simulate,verify,compile`` runs those commands instead of synth on the same
 machines, plus the largest machine colls models (4,096 GPUs: colls.inputs.hardware.MAX_MODEL_GPUS) and the next
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -201,6 +204,10 @@ def main() -> None:
                     help=f"instead of synth, these commands on the same machines (of {', '.join(COMMANDS)}; "
                          "--kinds defaults to allreduce)")
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--rerun", action="store_true",
+                    help="put the rows of the cases run into the table --out holds (the same machine, method and "
+                         "collective replaced, the others kept) instead of writing a table of these alone; its "
+                         "header then says which cases were run again, when")
     args = ap.parse_args()
     import colls.cli  # noqa: F401  (imported once: every case is forked from here)
     from colls.inputs import hardware
@@ -239,14 +246,21 @@ def main() -> None:
                    f"{r['seconds']} | {r['outcome']} | {r['message'].replace('|', '/')} |")
             done[order] = row
             print(row, flush=True)
-            counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
-            if r["outcome"] in ("refused", "answer", "working") and r["seconds"] > REFUSE_SECONDS:
-                late.append(row)
-            elif r["outcome"] not in ("refused", "answer", "working") and (
-                    r["outcome"] not in ("file", "lowered") or r["seconds"] > FILE_SECONDS):
-                slow.append(row)
     rows = [done[k] for k in sorted(done)]
-    refused = [float(r.split("|")[5]) for r in rows if r.split("|")[6].strip() == "refused"]
+    minutes = (time.perf_counter() - t_all) / 60
+    run_line = (f"{m['date']}; reference loop (bench/run.py) {m['reference_loop_s']} s; {len(rows)} cases in "
+                f"{minutes:.0f} minutes")
+    if args.rerun:
+        rows, run_line = _merged(Path(args.out), rows, m)
+    for row in rows:
+        outcome, seconds = _cell(row, 6), float(_cell(row, 5))
+        counts[outcome] = counts.get(outcome, 0) + 1
+        if outcome in ("refused", "answer", "working") and seconds > REFUSE_SECONDS:
+            late.append(row)
+        elif outcome not in ("refused", "answer", "working") and (
+                outcome not in ("file", "lowered") or seconds > FILE_SECONDS):
+            slow.append(row)
+    refused = [float(_cell(r, 5)) for r in rows if _cell(r, 6) == "refused"]
     header = (f"| machine | GPUs | {'command' if commands else 'method'} | collective | seconds | outcome | message |"
               "\n|---|---|---|---|---|---|---|")
     what = (f"`colls {' / '.join(commands)}` on each machine (compile until it starts synthesizing: outcome "
@@ -256,7 +270,7 @@ def main() -> None:
         f"`make bench` (bench/refusals.py): {what} per case, forked from a process that has "
         f"imported colls (Python's start, about 0.6 s, not counted), {args.jobs} at once, target {args.target}, on {m['cpu']} ({m['cores']} "
         f"cores), Python {m['python']}; " + ", ".join(f"{k} {v}" for k, v in sorted(m["versions"].items()) if v)
-        + f"; {m['date']}; reference loop (bench/run.py) {m['reference_loop_s']} s; {len(rows)} cases in {(time.perf_counter() - t_all) / 60:.0f} minutes.", "",
+        + f"; {run_line}.", "",
         "Outcomes: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ". "
         + (f"Slowest refusal: {max(refused):.2f} s." if refused else ""), "",
         (f"## Over {REFUSE_SECONDS:.0f} s to refuse, answer or start working: {len(late)}" if commands else
@@ -265,6 +279,29 @@ def main() -> None:
         [header] + slow if slow else []) + ["", "## Every case", "", header] + rows
     Path(args.out).write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}")
+
+
+def _cell(row: str, k: int) -> str:
+    """Column ``k`` (from 1) of a table row."""
+    return row.split("|")[k].strip()
+
+
+def _merged(path: Path, rows: list[str], m: dict) -> tuple[list[str], str]:
+    """The rows of the table at ``path`` with those of the same machine, method and collective as ``rows``
+    replaced by them (new ones added at the end), and its header's account of when it ran, with these cases
+    run again added."""
+    text = path.read_text()
+    old = [r for r in text.split("## Every case", 1)[1].splitlines() if r.startswith("| ") and not r.startswith("| machine")]
+
+    def key(r):
+        return _cell(r, 1), _cell(r, 3), _cell(r, 4)
+
+    new = {key(r): r for r in rows}
+    merged = [new.pop(key(r), r) for r in old] + list(new.values())
+    first = next(ln for ln in text.splitlines() if "reference loop" in ln)
+    ran = re.search(r"(\d{4}-\d\d-\d\d [\d:]+ UTC; reference loop .*)\.$", first).group(1)
+    return merged, (f"{ran}; {len(rows)} of them run again on {m['date']} (reference loop "
+                    f"{m['reference_loop_s']} s) after a change")
 
 
 if __name__ == "__main__":
