@@ -426,11 +426,13 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
     # GB/s). Planning rings on one node is cheap; on a cluster each doubling plans every GPU again.
     if method == "ring" and topology.nodes == 1 and tried:
         other, alt = max(tried, key=lambda x: x[0])
+        rate = alt.model_algbw(topology)[0]
         while other * 2 <= tgt.max_channels:
             more = plan_count(other * 2)
-            if more is None or more.model_algbw(topology)[0] <= alt.model_algbw(topology)[0]:
+            more_rate = None if more is None else more.model_algbw(topology)[0]
+            if more_rate is None or more_rate <= rate:
                 break
-            other, alt = other * 2, more
+            other, alt, rate = other * 2, more, more_rate
             tried.append((other, alt))
     tried.sort(key=lambda x: (-x[1].model_algbw(topology)[0], -x[1].info.get(info_key, 0)))
     best = None
