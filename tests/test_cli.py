@@ -214,3 +214,15 @@ def test_leaves_pins_the_trees_pairing(tmp_path):
         facts[leaves] = json.loads(out)
     assert facts["packed"]["method_info"]["leaves_paired"] == 0 < facts["paired"]["method_info"]["leaves_paired"]
     assert (tmp_path / "packed.xml").read_text() != (tmp_path / "paired.xml").read_text()
+
+
+@pytest.mark.parametrize("kind, words", [("alltoall", "--outofplace-only"), ("allreduce", "--method hier")])
+def test_a_request_beyond_the_threadblocks_a_step_can_wait_on_is_one_line_and_no_file(tmp_path, kind, words):
+    """32 x MI300X (256 GPUs): a direct alltoall in place and a direct allreduce need more threadblocks waited on
+    than a step can name (int8_t dependentBid): exit 2, one line naming the option and what to try, no file."""
+    out = tmp_path / "x.xml"
+    rc, stdout, err = run("synth", "--hardware", "mi300x", "--nodes", "32", "--collective", kind, "--method",
+                          "direct", "-o", str(out))
+    assert_bad_input(rc, stdout, err)
+    assert "--method:" in err and "dependentBid" in err and words in err
+    assert not out.exists() and list(tmp_path.iterdir()) == []
