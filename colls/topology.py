@@ -83,6 +83,11 @@ class Topology:
             self._index["gpus"] = sorted(v for v, k in self.graph.nodes(data="kind") if k == GPU)
         return self._index["gpus"]
 
+    def _gpu_set(self) -> frozenset:
+        if "gpu_set" not in self._index:
+            self._index["gpu_set"] = frozenset(self._gpus())
+        return self._index["gpu_set"]
+
     def derived(self, key: tuple, make):
         """``make()``, computed once per ``key`` for this machine (its graph does not change): for what several
         callers derive from the machine alike, such as the runtime's rings for each collective."""
@@ -304,6 +309,7 @@ class Topology:
         first found, vertices taken in order). With ``target``, the search stops when the target's label is
         final (taken from the heap): the labels on its path are then those the whole search gives."""
         adj = self._adjacency()
+        gpus = self._gpu_set()
         best: dict = {a: (math.inf, 0, None)}      # the source: no bottleneck yet
         heap = [(-math.inf, 0, vertex_key(a), a)]  # (-bottleneck, hops, key, v)
         done = set()
@@ -318,8 +324,9 @@ class Topology:
                 continue  # GPUs are endpoints, never relays
             bu = best[u][0]
             for v, r, key, node in adj[u]:
-                if v in done or (same_node and node != home):
-                    continue
+                if v in done or (same_node and node != home) or (target is not None and v != target
+                                                                 and v in gpus):
+                    continue    # another GPU: no relay, and no route asked of it in a search for one target
                 bott = r if r < bu else bu
                 old = best.get(v)
                 if old is None or bott > old[0] or (bott == old[0] and hops + 1 < old[1]):
