@@ -172,12 +172,50 @@ def fits(program: Program, topology, shift: int | None = None) -> bool:
     message. ``shift``: a rotation the program is symmetric under (its proof's, colls.verify.symmetry): only
     the GPUs of one orbit under the rotation by whole nodes it generates are written (:func:`over_budget`)."""
     ranks = node_rotation(shift, topology.node_major()) if shift else None
-    most = rt.MAX_OPERATIONS // rt.PLAN_REMOTE_STEP_OPS     # what a threadblock's steps that send or receive fill
     for g in program.gpus[:ranks]:
         for tb in g.tbs:
-            if sum(1 for st in tb.steps if STEP_SEMANTICS[st.type][0] or STEP_SEMANTICS[st.type][1]) > most:
+            if sum(least_ops(st) for st in tb.steps) > rt.MAX_OPERATIONS:
                 return False        # over whatever its plan: not written to be counted
     return not over_budget(program, topology, rt.PIPELINE_UNIT_BYTES, ranks)
+
+
+def least_ops(step: Step) -> int:
+    """The fewest ops ``step`` takes in its threadblock's pipelined plan (:func:`_tb_plan`; the floors and why
+    are in :mod:`colls.runtimes.mscclpp`, PLAN_*_STEP_OPS): 0 for a step that moves no data of a remote peer
+    and no data of its own but may still wait (a nop) or is a copy onto itself, 1 for a local copy or sum."""
+    sends, receives = STEP_SEMANTICS[step.type][:2]
+    if sends and receives:
+        return rt.PLAN_RELAY_STEP_OPS
+    if sends:
+        return rt.PLAN_SEND_STEP_OPS
+    if receives:
+        return rt.PLAN_RECEIVE_STEP_OPS
+    return 1 if _sliced(step, rt.PIPELINE_UNIT_BYTES) else 0
+
+
+def least_threadblocks(program: Program, ranks: int | None = None) -> tuple[int, int]:
+    """A lower bound on the threadblocks of the busiest GPU (of ``0..ranks-1``) once ``program``'s threadblocks
+    are cut until each one's pipelined plan holds at most MAX_OPERATIONS ops (colls.lower.LowerOptions.fits, as
+    colls.tune.compile_for_plans lowers a program its plan cannot hold): (threadblocks, GPU). The cut keeps
+    every step (a step split by count or a relay split in two only takes more ops) with the peers it sends to
+    and receives from; a threadblock sends to one peer at most and receives from one, so the steps that send to
+    peer P fill threadblocks of their own, at least their :func:`least_ops` over MAX_OPERATIONS of them, and so
+    for each peer a GPU receives from."""
+    best = (0, 0)
+    for g in program.gpus[:ranks]:
+        out: dict = {}
+        into: dict = {}
+        for tb in g.tbs:
+            for st in tb.steps:
+                ops = least_ops(st)
+                sends, receives = STEP_SEMANTICS[st.type][:2]
+                if sends:
+                    out[tb.send] = out.get(tb.send, 0) + ops
+                if receives:
+                    into[tb.recv] = into.get(tb.recv, 0) + ops
+        least = max(sum(-(-ops // rt.MAX_OPERATIONS) for ops in side.values()) for side in (out, into))
+        best = max(best, (least, -g.id))
+    return best[0], -best[1]
 
 
 def over_budget(program: Program, topology, slice_bytes: int | None = None,

@@ -285,7 +285,24 @@ def _check_ring_channels(collective: Collective, tgt: Target, rings: int | None,
     from colls.synth import ring
     counts = [rings] if rings else range(1, ring.MAX_CHANNELS + 1)
     if any(ring.fits(collective, r, tgt.max_steps, tgt.max_channels) for r in counts):
-        return
+        if tgt.max_relay_steps is None or any(
+                ring.fits(collective, r, tgt.max_steps, tgt.max_channels, tgt.max_tbs, tgt.max_remote_steps,
+                          tgt.max_relay_steps) for r in counts):
+            return
+        # a plan's threadblocks (max_relay_steps: only an MSCCL++ plan's program has it) hold too few relays:
+        # refused here in milliseconds, not after each count is lowered and cut (128 GPUs: 5-8 s)
+        least = {r: ring.least_threadblocks(collective, r, tgt.max_steps, tgt.max_remote_steps, tgt.max_relay_steps)
+                 for r in counts}
+        r = min(counts, key=lambda r: (least[r], r))
+        raise LimitError(f"ring {collective.kind} on {where}: {r} ring{'s' if r > 1 else ''} of {collective.nranks} "
+                         f"ranks run{'s' if r == 1 else ''} {r * ring.instructions_per_ring(collective, r)} instructions per rank, "
+                         f"{r * ring.relays_per_ring(collective, r)} of them relays; a threadblock of an MSCCL++ "
+                         f"plan holds at most {tgt.max_remote_steps} steps that send or receive and "
+                         f"{tgt.max_relay_steps} relays (64 ops), so at least {least[r]} threadblocks"
+                         + ("" if rings else " at any count of rings") + ", more than "
+                         + (tgt.tbs_why or f"the {tgt.max_tbs} {tgt.name} runs") + "; try "
+                         + " or ".join((["--method hier"] if collective.kind in ("allgather", "reducescatter",
+                                                                                 "allreduce") else []) + [hint]))
     r = counts[0]
     segs = ring.segments_needed(collective, r, tgt.max_steps)
     kind = collective.kind
@@ -322,13 +339,16 @@ def check_limits(topology: Topology, collective: Collective, method: str, tgt: T
         peers = n - 1
     elif method == "ring" and collective.kind == "alltoall":  # every routed pair straight, others relayed
         peers = sum(1 for b in range(1, n) if topology.route(0, b) is not None)
+    elif method == "hier":  # its node's neighbours and the next GPU on its rail
+        from colls.synth import hier
+        peers = hier.least_peers(topology, collective)
     if peers > limit_tbs:
         who = (f"but --max-threadblocks {tgt.tbs_budget} allows at most {limit_tbs} threadblocks per GPU"
                if tgt.tbs_budget == limit_tbs else f"more than {tgt.tbs_why}" if tgt.tbs_why and limit_tbs == tgt.max_tbs
                else f"but {tgt.name} on this GPU runs at most {limit_tbs} threadblocks per GPU")
         raise LimitError(f"{method} {collective.kind} on {topology.name}: a rank talks to {peers} peers, "
                          f"one threadblock each, {who}; try "
-                         + ("--method trees" if collective.kind != "alltoall" else "fewer --nodes"))
+                         + ("fewer --nodes" if collective.kind == "alltoall" or method == "hier" else "--method trees"))
     _check_waited(topology, collective, method, tgt, peers, (options or {}).get("inplace", True))
     if steps > tgt.max_steps * limit_tbs:
         raise LimitError(f"{method} {collective.kind} on {topology.name}: a rank needs at least {steps} "
@@ -408,7 +428,7 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
 
     def plan_count(other):
         if method == "ring" and not ring.fits(collective, other, tgt.max_steps, tgt.max_channels, tgt.max_tbs,
-                                              tgt.max_remote_steps):
+                                              tgt.max_remote_steps, tgt.max_relay_steps):
             return None             # the loader refuses it whatever the lowering: not lowered to be refused
         try:
             alt = _planned(topology, collective, method, target, instances, dict(options or {}, **{option: other}),
@@ -577,13 +597,14 @@ def _method_options(topology, collective, method, target, instances, options, mo
         tgt = replace(tgt, max_tbs=cap, tbs_why=f"the {cap} a plan of {collective.nranks} GPUs may hold (colls "
                                                 f"proves a plan of at most {proof:,} threadblocks in all)")
     if proof is not None:   # a program for a plan, lowered as the XML file's or cut: a plan's ops hold its steps
-        tgt = replace(tgt, max_remote_steps=LOWERINGS["mscclpp"].max_remote_steps)
+        tgt = replace(tgt, max_remote_steps=LOWERINGS["mscclpp"].max_remote_steps,
+                      max_relay_steps=LOWERINGS["mscclpp"].max_relay_steps)
     synth.get_method(method)
     if method in ("trees", "direct", "ring", "milp"):
         options.setdefault("max_tbs", tgt.max_tbs)  # lanes are chosen to fit what the runtime loads
     if method == "ring" and "rings" not in options:  # ring counts are chosen among those that fit
         options.update(max_steps=tgt.max_steps, max_channels=tgt.max_channels,
-                       max_remote_steps=tgt.max_remote_steps)
+                       max_remote_steps=tgt.max_remote_steps, max_relay_steps=tgt.max_relay_steps)
     elif method == "ring":      # a given count: the target's steps only say where the lowering starts
         options.setdefault("max_steps", tgt.max_steps)
     return tgt, options
@@ -591,9 +612,24 @@ def _method_options(topology, collective, method, target, instances, options, mo
 
 def _planned(topology, collective, method, target, instances, options, mode: str = "both") -> Schedule:
     """The schedule ``method`` makes with ``options`` (not lowered: its count and chunks per loop are known
-    before the lowering, which is most of a file's time)."""
+    before the lowering, which is most of a file's time). The last one made is kept: a plan's program is made
+    as the XML file's and then, when its plan cannot hold it, again with the same options to be cut
+    (colls.tune.compile_for_plans; trees on 128 GPUs, half a second each)."""
     _, opts = _method_options(topology, collective, method, target, instances, options, mode)
-    return synth.get_method(method)(topology, collective, **opts)
+    try:
+        key = (id(topology), collective, method, tuple(sorted(opts.items())))
+        hash(key)
+    except TypeError:           # an option that is not hashable (a sketch): made afresh
+        key = None
+    if key is not None and _LAST_PLANNED and _LAST_PLANNED[0] == key and _LAST_PLANNED[1] is topology:
+        return _LAST_PLANNED[2]
+    schedule = synth.get_method(method)(topology, collective, **opts)
+    if key is not None:
+        _LAST_PLANNED[:] = [key, topology, schedule]
+    return schedule
+
+
+_LAST_PLANNED: list = []        # [key, topology, schedule] of the last _planned (the topology: by identity)
 
 
 def budgeted(tgt: Target, max_threadblocks: int | None) -> Target:

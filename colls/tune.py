@@ -532,6 +532,7 @@ def compile_for_plans(topology, collective, method: str, **settings):
         return last[1]
     first = compile_fastest(topology, collective, method, target="exe", fits=fits, **unproved)
     if not fits(first):
+        _check_cut(first, method)
         return _with_unit(compile_fastest(topology, collective, method, target="mscclpp", **settings), topology, unit)
     try:
         cut = compile_fastest(topology, collective, method, target="mscclpp", **unproved)
@@ -540,6 +541,32 @@ def compile_for_plans(topology, collective, method: str, **settings):
     scored = {id(made): score(made) for made in (first, cut)}
     chosen = cut if scored[id(cut)][1] < scored[id(first)][1] * (1 - COPIES_GAIN) else first
     return _with_unit(_as_asked(chosen, settings), topology, scored[id(chosen)][0])
+
+
+def _check_cut(first, method: str) -> None:
+    """Refuse, before it is lowered again and cut, a program for a plan (as the XML file's: ``first``, which its
+    plan cannot hold) whose cut threadblocks cannot fit the plan's threadblocks a GPU
+    (:func:`colls.mscclpp.least_threadblocks`; 128 GPUs: one tree per GPU cut to 27-29 threadblocks of the 24
+    allowed, refused after 5-7 s). The cut program is the same schedule: the fewest trees per GPU, copies and
+    depth (``first`` grew none, its plan did not fit), the direct or milp schedule itself. Not rings, which the
+    cut may run fewer of (colls.synth.ring.fits bounds each count first), nor hier, which may pass more chunks
+    a rail op (fewer steps)."""
+    from colls import mscclpp
+    from colls.topology import node_rotation
+    if method in ("ring", "hier"):
+        return
+    program, tgt = first.program, first.target
+    ranks = first.report.facts.get("symmetry", {}).get("ranks_run")
+    ranks = node_rotation(ranks, first.topology.node_major()) if ranks else None
+    least, gpu = mscclpp.least_threadblocks(program, ranks)
+    limit = min(tgt.max_tbs, first.topology.min_sms())
+    if least <= limit:
+        return
+    why = tgt.tbs_why if tgt.tbs_why and limit == tgt.max_tbs else f"the {limit} threadblocks a GPU runs"
+    raise LimitError(f"{method} {program.coll} on {first.topology.name}: GPU {gpu}'s steps take at least "
+                     f"{sum(mscclpp.least_ops(st) for tb in program.gpus[gpu].tbs for st in tb.steps):,} ops in an "
+                     f"MSCCL++ plan, at least {least} threadblocks of 64 ops, more than {why}; try fewer --nodes or "
+                     "another --method", limit="threadblocks")
 
 
 def _with_unit(made, topology, unit=False):

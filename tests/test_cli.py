@@ -226,3 +226,19 @@ def test_a_request_beyond_the_threadblocks_a_step_can_wait_on_is_one_line_and_no
     assert_bad_input(rc, stdout, err)
     assert "--method:" in err and "dependentBid" in err and words in err
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("hardware, nodes, method, words", [
+    ("mi250", "8", "ring", "253 of them relays"), ("mi250", "64", "hier", "a rank talks to 5 peers")])
+def test_a_plan_beyond_its_threadblocks_is_refused_in_one_line_before_synthesis(tmp_path, hardware, nodes, method,
+                                                                                words):
+    """An MSCCL++ plan of 128 GPUs holds 24 threadblocks a GPU, of 1,024 GPUs 3 (colls proves 3,072 in all): a ring
+    allreduce's relays and a hierarchical file's peers are counted before any schedule is made; exit 2, one line
+    naming the bound and what to try, no file."""
+    out = tmp_path / "x.json"
+    rc, stdout, err = run("synth", "--hardware", hardware, "--nodes", nodes, "--collective", "reducescatter"
+                          if method == "hier" else "allreduce", "--method", method, "--target", "mscclpp",
+                          "--no-simulate", "-o", str(out))
+    assert_bad_input(rc, stdout, err)
+    assert words in err and "a plan of" in err and "try " in err
+    assert not out.exists() and list(tmp_path.iterdir()) == []

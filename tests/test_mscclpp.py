@@ -103,6 +103,46 @@ def test_every_method_makes_a_plan_within_64_ops(nodes, method, kind):
     for g in whole["gpus"]:
         for tb in g["threadblocks"]:
             assert len(tb["ops"]) <= rt.PLAN_GRANT_OPS + rt.PLAN_OPS_PER_STEP * steps[(g["id"], tb["id"])]
+    # and the fewest ops each step takes pipelined (what refuses a program before it is cut) holds throughout
+    assert_least_ops(prog, t)
+
+
+def assert_least_ops(prog, t):
+    """Every threadblock's pipelined plan has at least its steps' mscclpp.least_ops, each step at least its own
+    (the ops written between one step and the next, the grants and the acquires of a run of nops aside)."""
+    written = []      # (threadblock, its ops), over 64 or not (the writer refuses a GPU's once all are written)
+    tb_dict = mscclpp._tb_dict
+
+    def counted(tb, b, chans, refs):
+        made = tb_dict(tb, b, chans, refs)
+        written.append((tb, mscclpp.op_count(made["ops"])))
+        return made
+    mscclpp._tb_dict = counted
+    try:
+        mscclpp._plan(prog, t, "floors", None, mscclpp.SLOTS, rt.PIPELINE_UNIT_BYTES)
+    except mscclpp._OverBudget:
+        pass
+    finally:
+        mscclpp._tb_dict = tb_dict
+    assert len(written) == sum(len(g.tbs) for g in prog.gpus)
+    for tb, ops in written:
+        assert ops >= sum(mscclpp.least_ops(st) for st in tb.steps)
+    return {st.type for tb, _ in written for st in tb.steps}
+
+
+def test_the_least_ops_hold_for_every_kind_of_step_across_nodes():
+    """mscclpp.least_ops' floors (colls.runtimes.mscclpp PLAN_*_STEP_OPS) under the writer, on memory and port
+    channels (two nodes), for programs as the XML file's and as cut for plans: sends, receives, both kinds of
+    relay and a receive that sums."""
+    t = topo(2)
+    kinds = set()
+    for method, kind in (("ring", "allreduce"), ("ring", "allgather"), ("direct", "reducescatter"),
+                         ("trees", "allreduce")):
+        for target in ("exe", "mscclpp"):
+            prog = pipeline.compile_schedule(t, Collective(kind, t.ngpus), method, target=target, in_memory=True,
+                                             prove=False).program if target == "mscclpp" else program(2, method, kind)
+            kinds |= assert_least_ops(prog, t)
+    assert {"s", "r", "rcs", "rrs", "rrc"} <= kinds
 
 
 def test_emission_is_deterministic_and_round_trips():
@@ -603,3 +643,34 @@ def test_simulate_prints_a_plans_name_escaped():
     plan["name"] = "x\x1b]0;t\x07\nFAKE LINE"
     text, _ = run_files([("p.json", mscclpp.dumps(plan))], topo(1), [1 << 20])
     assert "\x1b" not in text and "\x07" not in text and "\nFAKE LINE" not in text and "\\x1b" in text
+
+
+@pytest.mark.parametrize("method,kind,options", [("trees", "allreduce", {"trees_per_gpu": 1}),
+                                                 ("trees", "allgather", {"trees_per_gpu": 2}),
+                                                 ("direct", "reducescatter", {}), ("ring", "allreduce", {"rings": 2}),
+                                                 ("hier", "allgather", {})])
+def test_the_least_threadblocks_of_a_cut_program_bound_the_cut(method, kind, options):
+    """mscclpp.least_threadblocks of the XML file's program is at most what the same schedule has once cut for
+    plans (the lowering for the mscclpp target), on every GPU: what colls.tune refuses by it, the cut would
+    have refused after lowering it again."""
+    t = topo(2)
+    coll = Collective(kind, t.ngpus)
+    made = {target: pipeline.compile_schedule(t, coll, method, target=target, options=dict(options), in_memory=True,
+                                              prove=False).program for target in ("exe", "mscclpp")}
+    for g in made["mscclpp"].gpus:
+        alone = dataclasses.replace(made["exe"], gpus=[made["exe"].gpus[g.id]])
+        assert mscclpp.least_threadblocks(alone)[0] <= len(g.tbs)
+    assert 1 < mscclpp.least_threadblocks(made["exe"])[0] <= max(len(g.tbs) for g in made["mscclpp"].gpus)
+
+
+def test_a_program_whose_cut_cannot_fit_a_plan_is_refused_before_it_is_cut():
+    """16 x DGX H100 (128 GPUs, 24 threadblocks a GPU in a plan colls proves): one tree per GPU as the XML file's
+    program fits 24 threadblocks but not 64 ops in each; its steps alone take 1,394 ops or more on GPU 0, whose
+    peers need 29 threadblocks at least: refused without lowering it again to cut it."""
+    from colls import tune
+    from colls.errors import LimitError
+    t = hardware.load_topology("dgx-h100", nodes=16)
+    with pytest.raises(LimitError, match=r"trees reducescatter on dgx-h100 x16: GPU 0's steps take at least 1,394 ops "
+                                         r"in an MSCCL\+\+ plan, at least 29 threadblocks of 64 ops, more than the 24 a "
+                                         r"plan of 128 GPUs may hold"):
+        tune.compile_for_plans(t, Collective("reducescatter", t.ngpus), "trees", in_memory=True, prove=False)

@@ -395,22 +395,38 @@ def test_ring_counts_whose_instructions_cannot_fit_the_threadblocks_are_left_out
     assert fitting_counts(Collective("allreduce", 256), range(1, 14), 62, 256, 12) == [1]
     assert not fits(Collective("allreduce", 256), 2, 62, 256, 12) and fits(Collective("allreduce", 256), 2, 62, 256)
     assert fitting_counts(Collective("allreduce", 128), range(1, 14), 62, 256, 24) == [1, 2, 3, 4, 5]
-    # counted in a plan's ops, each of those steps takes two of a threadblock's 64 (its data op and the pipeline
-    # or wait around it): 32 at most, so 4 rings' 1,016 instructions need 32 threadblocks, more than 24
+    # counted in a plan's ops, each of those steps takes five of a threadblock's 64 or more, a relay eight or more
+    # (colls.runtimes.mscclpp PLAN_*_STEP_OPS): 12 and 8 at most. Across 64 GPUs (48 threadblocks) one to three
+    # rings of an allreduce fit (125, 250 and 375 relays: 16, 32 and 47 threadblocks), four do not (500: 63);
+    # across 128 one ring's 253 relays already need 32 threadblocks of the 24
     from colls.runtimes.mscclpp import LOWERING
-    assert LOWERING.max_remote_steps == 32
-    assert fitting_counts(Collective("allreduce", 128), range(1, 14), 62, 256, 24, 32) == [1, 2, 3]
-    assert fits(Collective("allreduce", 128), 4, 62, 256, 24) and not fits(Collective("allreduce", 128), 4, 62, 256,
-                                                                             24, 32)
+    from colls.synth.ring import least_threadblocks, relays_per_ring
+    assert (LOWERING.max_remote_steps, LOWERING.max_relay_steps) == (12, 8)
+    assert relays_per_ring(Collective("allreduce", 128), 1) == 253
+    assert relays_per_ring(Collective("allgather", 128), 2) == 126 and relays_per_ring(Collective("reduce", 8), 1) == 0
+    assert least_threadblocks(Collective("allreduce", 128), 1, 62, 12, 8) == 32
+    assert least_threadblocks(Collective("allreduce", 128), 1, 62, 12) == 22
+    assert fitting_counts(Collective("allreduce", 64), range(1, 14), 62, 256, 48, 12, 8) == [1, 2, 3]
+    assert not fits(Collective("allreduce", 128), 1, 62, 256, 24, 12, 8) and fits(Collective("allreduce", 128), 1, 62,
+                                                                                  256, 24, 12)
     # a plan's program lowered as the XML file's (colls.tune.compile_for_plans' first candidate) is held to the
-    # plan's ops too: its ring counts are those a plan could hold, the XML file's own are not
+    # plan's ops too: its ring counts are those a plan could hold, the XML file's own are not; and where no count
+    # fits (one ring of 128 GPUs), the request is refused before any ring is planned
     from colls import pipeline
+    from colls.errors import LimitError
     from colls.inputs.hardware import load_topology
-    topo, coll = load_topology("dgx-a100", nodes=16), Collective("allreduce", 128)
-    for options, most, count in (({}, None, 6), ({"proof_threadblocks": 3072}, 32, 3)):
+    topo = load_topology("dgx-a100", nodes=8)
+    for n, options, most, count in ((8, {}, None, 8), (8, {"proof_threadblocks": 3072}, 12, 3)):
+        coll = Collective("allreduce", 8 * n)
         tgt, opts = pipeline._method_options(topo, coll, "ring", "exe", 1, options)
         assert tgt.max_remote_steps == opts["max_remote_steps"] == most
         assert ring.choice(topo, coll, **opts)[0] == count
+    big = load_topology("dgx-a100", nodes=16)
+    coll = Collective("allreduce", 128)
+    tgt, opts = pipeline._method_options(big, coll, "ring", "exe", 1, {"proof_threadblocks": 3072})
+    with pytest.raises(LimitError, match="253 of them relays.* at least 32 threadblocks at any count of rings, more "
+                                         "than the 24 a plan of 128 GPUs may hold"):
+        pipeline.check_limits(big, coll, "ring", tgt, 1, opts)
 
 
 @pytest.mark.parametrize("name", ["ndv2", "rails2x4", "mesh4", "ndv2x2"])

@@ -214,3 +214,28 @@ def test_a_direct_sum_beyond_the_threadblocks_a_step_can_wait_on_is_refused_up_f
     pipeline.check_limits(topo, Collective("allgather", topo.ngpus), "direct", TARGETS["exe"])
     smaller = hardware.load_topology("mi300x", nodes=16)
     pipeline.check_limits(smaller, Collective(kind, smaller.ngpus), "direct", TARGETS["exe"])
+
+
+@pytest.mark.parametrize("kind", ["allgather", "reducescatter"])
+def test_a_hierarchical_file_beyond_a_plans_threadblocks_is_refused_before_synthesis(kind):
+    """1,024 GCDs of MI250 for an MSCCL++ plan: 3 threadblocks a GPU (colls proves 3,072 in all). A GCD sends to
+    every GCD of its node it has an xGMI link to (up to 4) and to the next on its rail: 5 peers, a threadblock
+    each, counted from the node's routes in milliseconds (the schedule alone took 3-5 s). 16 x DGX A100 (NVSwitch,
+    7 peers and the rail: 8) fits the 24 a plan of 128 GPUs may hold, and is let through."""
+    from colls.synth import hier
+    topo = hardware.load_topology("mi250", nodes=64)
+    coll = Collective(kind, topo.ngpus)
+    assert hier.least_peers(topo, coll) == 5
+    tgt, opts = pipeline._method_options(topo, coll, "hier", "exe", 1, {"proof_threadblocks": 3072})
+    with pytest.raises(LimitError, match="hier .* on mi250 x64: a rank talks to 5 peers, one threadblock each, more "
+                                         "than the 3 a plan of 1024 GPUs may hold .*; try fewer --nodes"):
+        pipeline.check_limits(topo, coll, "hier", tgt, 1, opts)
+    both = Collective("allreduce", topo.ngpus)      # its steps already: 318, more than 3 threadblocks hold
+    tgt, opts = pipeline._method_options(topo, both, "hier", "exe", 1, {"proof_threadblocks": 3072})
+    with pytest.raises(LimitError, match="at least 318 steps"):
+        pipeline.check_limits(topo, both, "hier", tgt, 1, opts)
+    a100 = hardware.load_topology("dgx-a100", nodes=16)
+    coll = Collective(kind, a100.ngpus)
+    assert hier.least_peers(a100, coll) == 8 and hier.least_peers(hardware.load_topology("dgx-a100"), coll) == 0
+    tgt, opts = pipeline._method_options(a100, coll, "hier", "exe", 1, {"proof_threadblocks": 3072})
+    pipeline.check_limits(a100, coll, "hier", tgt, 1, opts)

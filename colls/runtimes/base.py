@@ -50,6 +50,10 @@ class Target:
     # other units that such a step takes several of (an MSCCL++ plan's ops: colls.runtimes.mscclpp); None:
     # max_steps. The bound a count of rings or lanes is refused by before any lowering (colls.synth.ring.fits)
     max_remote_steps: int | None = None
+    # the steps that both receive and send (a relay: rcs, rrs, rrcs) one threadblock can hold, where fewer than
+    # max_remote_steps (an MSCCL++ plan's relay step takes more ops than one that only sends or receives); None:
+    # max_remote_steps
+    max_relay_steps: int | None = None
     # the highest threadblock id a step may wait on: the MSCCL runtimes keep it in an int8_t (dependentBid of
     # mscclThreadBlock in src/include/msccl/msccl_struct.h, read as int8_t by the kernel's dependency wait);
     # None: no such limit (an MSCCL++ plan's threadblocks wait on semaphores)

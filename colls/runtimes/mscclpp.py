@@ -98,15 +98,29 @@ PLAN_MAX_CHANNELS = 256
 # plan whose GPUs run one plan relabelled is proved on one orbit (colls.verify.plan_symmetry): only its
 # threadblocks run, each with a clock of every threadblock, (orbit x T) x (GPUs x T) entries for T a GPU.
 PLAN_PROOF_THREADBLOCKS = 3072
-# The fewest ops a step that sends or receives takes in a plan (colls.mscclpp._tb_plan): its data op, and
-# pipelined, the pipeline op around it (counted beside its body, EP setupOperations); written whole, the wait
-# for its message or credit before it. A threadblock holds at most MAX_OPERATIONS / 2 of them whatever the
-# cuts, so a rank's remote steps over its plan's threadblocks x 32 refuse a ring count before it is lowered
-# (colls.synth.ring.fits).
-PLAN_REMOTE_STEP_OPS = 2
+# The fewest ops a step takes in a threadblock's pipelined plan (colls.mscclpp._tb_plan), which every program
+# colls lowers for plans fits within MAX_OPERATIONS (colls.tune.compile_for_plans takes the XML program only when
+# its pipelined plan fits; otherwise the lowering cuts until it does: colls.lower.LowerOptions.fits). A step that
+# receives: the pipeline op (counted beside its body, EP setupOperations), the wait for each slice, the nop that
+# orders that wait before the data, its data op, and the signal that frees its slot for the next message (a
+# grant before the threadblock's first step for the first SLOTS messages of a connection, a credit after the
+# step for the others: one each either way) (5). One that sends: the wait for the message's credit before the
+# pipeline, the pipeline, a nop, its put (memory channel) or copy into staging (port), then a nop and the signal
+# (memory) or a nop and the port's put with signal (6). One that receives and sends (a relay): both waits, the
+# pipeline, a nop, its data op, then a nop and the signal or the port's put with signal, and its slot's signal
+# (8: a relay's sum rides one ``res`` over a memory channel; every other relay takes more). tests/test_mscclpp.py
+# checks each threadblock's ops against the sum of these over its steps. So a threadblock holds at most
+# MAX_OPERATIONS / 5 steps that send or receive and MAX_OPERATIONS / 8 relays, and a rank's steps over those
+# refuse a count of rings before it is lowered (colls.synth.ring.fits), as a program's steps over 64 ops a
+# threadblock refuse it before the lowering cuts it (colls.mscclpp.least_threadblocks).
+PLAN_RECEIVE_STEP_OPS = 5
+PLAN_SEND_STEP_OPS = 6
+PLAN_RELAY_STEP_OPS = 8
+PLAN_REMOTE_STEP_OPS = min(PLAN_RECEIVE_STEP_OPS, PLAN_SEND_STEP_OPS)
 LOWERING = dataclasses.replace(exe.TARGET, name="mscclpp", description="MSCCL++ execution plans (0.8 and later)",
                                max_steps=PLAN_STEP_BOUND, max_channels=PLAN_MAX_CHANNELS,
-                               max_remote_steps=MAX_OPERATIONS // PLAN_REMOTE_STEP_OPS, max_dep_tb=None)
+                               max_remote_steps=MAX_OPERATIONS // PLAN_REMOTE_STEP_OPS,
+                               max_relay_steps=MAX_OPERATIONS // PLAN_RELAY_STEP_OPS, max_dep_tb=None)
 BUFFER_ALIGNMENT = 16                # default buffer_alignment (EP); offsets are in these units
 # With reuse_resources the executor's own 128 MiB buffer is the scratch (EX defaultScratchBufferSize =
 # 1 << 27) and chunks beyond PREDFINED_SCRATCH_SIZE = 64 MiB (EC) wrap; colls never sets reuse_resources,

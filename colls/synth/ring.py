@@ -995,6 +995,17 @@ def instructions_per_ring(collective: Collective, rings: int) -> int:
     return (n - 1) * k
 
 
+def relays_per_ring(collective: Collective, rings: int) -> int:
+    """A lower bound on the relays (steps that receive a chunk and send it on, summed or not) among one rank's
+    :func:`instructions_per_ring`: a chunk crosses a ring of N ranks through N - 2 of them, so a rank relays
+    all but the one its column starts with or ends with in each phase (allgather, reducescatter: N - 2 of a
+    column's N - 1; allreduce: 2N - 3 of 2N - 2). 0 for the chains (broadcast, reduce), not counted."""
+    if collective.kind not in ("allgather", "reducescatter", "allreduce") or collective.nranks < 3:
+        return 0
+    per = rings * _unit(collective.kind, collective.nranks)
+    return instructions_per_ring(collective, rings) - -(-collective.chunks // per)
+
+
 def segments_needed(collective: Collective, rings: int, max_steps: int) -> int:
     """Step segments (each on channels of its own) one ring needs so that no threadblock exceeds
     ``max_steps``: its instructions in pieces, plus the one send that starts each later segment
@@ -1013,29 +1024,44 @@ def segments_needed(collective: Collective, rings: int, max_steps: int) -> int:
 
 def fitting_counts(collective: Collective, counts, max_steps: int | None,
                    max_channels: int | None, max_tbs: int | None = None,
-                   max_remote_steps: int | None = None) -> list[int]:
+                   max_remote_steps: int | None = None, max_relay_steps: int | None = None) -> list[int]:
     """The ring counts in ``counts`` whose rings, each split into :func:`segments_needed` segments,
     fit ``max_channels`` channels and whose instructions can fit ``max_tbs`` threadblocks (all of ``counts``
     when no limits are given; at least the smallest)."""
     counts = sorted(counts)
-    fit = [r for r in counts if fits(collective, r, max_steps, max_channels, max_tbs, max_remote_steps)]
+    fit = [r for r in counts if fits(collective, r, max_steps, max_channels, max_tbs, max_remote_steps,
+                                     max_relay_steps)]
     return fit or counts[:1]
 
 
+def least_threadblocks(collective: Collective, rings: int, max_steps: int | None, max_remote_steps: int | None = None,
+                       max_relay_steps: int | None = None) -> int:
+    """A lower bound on the threadblocks a rank needs for ``rings`` rings: its instructions over the steps that
+    send or receive one threadblock holds (``max_remote_steps``, default ``max_steps``), its relays over the
+    relays one holds (``max_relay_steps``)."""
+    if not max_steps:
+        return 0
+    least = -(-rings * instructions_per_ring(collective, rings) // (max_remote_steps or max_steps))
+    if max_relay_steps:
+        least = max(least, -(-rings * relays_per_ring(collective, rings) // max_relay_steps))
+    return least
+
+
 def fits(collective: Collective, rings: int, max_steps: int | None, max_channels: int | None,
-         max_tbs: int | None = None, max_remote_steps: int | None = None) -> bool:
+         max_tbs: int | None = None, max_remote_steps: int | None = None,
+         max_relay_steps: int | None = None) -> bool:
     """Whether ``rings`` rings, each split into :func:`segments_needed` step segments, fit ``max_channels``
     channels (true when no limits are given), and a rank's instructions of all of them fit ``max_tbs``
-    threadblocks of ``max_remote_steps`` (default ``max_steps``) steps that send or receive, which every one
-    of them is. A count that does not is refused by the loader whatever the lowering (copies only add
-    channels and threadblocks; segments and the lowering's stores only add instructions). The threadblocks
-    matter where they are few for the rank count: an MSCCL++ plan of 128 GPUs holds 24 a GPU (colls proves a
-    plan of 3,072 in all) of at most 32 such steps (colls.runtimes.mscclpp.PLAN_REMOTE_STEP_OPS), and 4 rings
-    of an allreduce there run 1,016 instructions a rank, 32 threadblocks at least."""
+    threadblocks (:func:`least_threadblocks`: of ``max_remote_steps``, default ``max_steps``, steps that send
+    or receive, which every one of them is, and of ``max_relay_steps`` relays). A count that does not is
+    refused by the loader whatever the lowering (copies only add channels and threadblocks; segments and the
+    lowering's stores only add instructions). The threadblocks matter where they are few for the rank count: an
+    MSCCL++ plan of 128 GPUs holds 24 a GPU (colls proves a plan of 3,072 in all) of at most 16 such steps and 9
+    relays (colls.runtimes.mscclpp.PLAN_RELAY_STEP_OPS), and one ring of an allreduce there runs 252 relays a
+    rank, 28 threadblocks at least."""
     if not max_steps:
         return True
-    per_tb = max_remote_steps or max_steps
-    if max_tbs and -(-rings * instructions_per_ring(collective, rings) // per_tb) > max_tbs:
+    if max_tbs and least_threadblocks(collective, rings, max_steps, max_remote_steps, max_relay_steps) > max_tbs:
         return False
     if not max_channels:
         return True
@@ -1097,7 +1123,8 @@ def _choose(planner, topology, collective, rings, max_steps, max_channels, max_r
     """(the count :func:`synthesize` takes, the ring sets of the counts it weighed, their modelled algbw)."""
     top = min(planner.default_count, max_rings or planner.default_count)
     counts = [rings] if rings else fitting_counts(collective, range(1, top + 1), max_steps, max_channels,
-                                                  options.get("max_tbs"), options.get("max_remote_steps"))
+                                                  options.get("max_tbs"), options.get("max_remote_steps"),
+                                                  options.get("max_relay_steps"))
     sets = planner.ring_sets(counts)
     tried = {count: model_algbw(topology, collective, ring_set) for count, ring_set in sets.items()}
     return min(tried, key=lambda count: (-tried[count], count)), sets, tried
