@@ -18,6 +18,7 @@ Conventions (every module relies on them):
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -35,7 +36,7 @@ Vertex = Hashable
 Route = tuple  # (src_gpu, v1, ..., dst_gpu)
 
 
-ROUTES_ONE_BY_ONE = 4       # routes from one rank searched singly before all of its routes are searched at once
+SEARCH_LABELS_KEPT = 1_000_000  # labels of the route searches kept to be resumed (Topology._search): ~0.1 GB
 
 
 def vertex_key(v: Vertex) -> tuple:
@@ -82,6 +83,14 @@ class Topology:
         if "gpus" not in self._index:
             self._index["gpus"] = sorted(v for v, k in self.graph.nodes(data="kind") if k == GPU)
         return self._index["gpus"]
+
+    def __getstate__(self) -> dict:
+        """Pickled (colls compile's processes) without the route searches kept to be resumed: up to a million
+        labels, which the receiving process can search again as it needs."""
+        state = self.__dict__.copy()
+        if "searches" in self._index:
+            state["_index"] = {k: v for k, v in self._index.items() if k not in ("searches", "search_labels")}
+        return state
 
     def _gpu_set(self) -> frozenset:
         if "gpu_set" not in self._index:
@@ -265,31 +274,34 @@ class Topology:
             raise ValueError("a route needs two different ranks")
         key = (a, b)
         if key not in self._routes:
-            # the first few routes asked from a rank are searched one by one (the search stops at the
-            # destination, with the label the whole search would give it); after that, all at once
-            asked = self._index.setdefault("asked", {})
-            side = (a, self.node_of(a) == self.node_of(b))     # inside a's node, or out of it
-            asked[side] = asked.get(side, 0) + 1
-            if asked[side] <= ROUTES_ONE_BY_ONE:
-                self._routes[key] = self._route_to(a, b)
-            else:
-                self._routes.update(self._routes_from(a, side[1]))
+            search = self._search(a, self.node_of(a) == self.node_of(b))
+            self._routes[key] = search.route_to(b)
+            self._searched(search)
         return self._routes.get(key)
 
-    def _route_to(self, a: int, b: int) -> Route | None:
-        home = self.node_of(a)
-        return _path(self._widest_from(a, self.node_of(b) == home, home, target=b), a, b)
-
-    def _routes_from(self, a: int, same_node: bool) -> dict:
-        """Every route from ``a`` to the GPUs of its own node (``same_node``: through that node's switches
-        only) or of the other nodes (through any switch or NIC); None for a GPU it cannot reach."""
-        found: dict = {}
-        home = self.node_of(a)
-        labels = self._widest_from(a, same_node, home)
-        for b in self._gpus():
-            if b != a and (self.node_of(b) == home) == same_node:
-                found[(a, b)] = _path(labels, a, b)
+    def _search(self, a: int, same_node: bool) -> "_Search":
+        """The search from ``a`` (``same_node``: through its node's own vertices only), run as far as the
+        routes asked of it so far needed, and resumed where it stopped when another route from ``a`` is asked
+        (trees on 256 GPUs ask each GPU for dozens: its search then runs once, not once a route). Searches
+        are kept while they hold fewer than :data:`SEARCH_LABELS_KEPT` labels in all, the least recently
+        used dropped first (and started again if asked again)."""
+        kept = self._index.setdefault("searches", OrderedDict())
+        found = kept.get((a, same_node))
+        if found is None:
+            found = kept[(a, same_node)] = _Search(self, a, same_node)
+        else:
+            kept.move_to_end((a, same_node))
         return found
+
+    def _searched(self, search: "_Search") -> None:
+        """Count the labels ``search`` holds now; drop the least recently used searches beyond the budget."""
+        total = self._index.get("search_labels", 0) + len(search.best) - search.counted
+        search.counted = len(search.best)
+        kept = self._index["searches"]
+        while total > SEARCH_LABELS_KEPT and len(kept) > 1:
+            _, dropped = kept.popitem(last=False)
+            total -= dropped.counted
+        self._index["search_labels"] = total
 
     def _adjacency(self) -> dict:
         """u -> [(v, rank of the link's bandwidth among all bandwidths, v's sort key, v's node)], in vertex
@@ -304,36 +316,6 @@ class Topology:
                 for u in g.nodes}
         return self._index["adjacency"]
 
-    def _widest_from(self, a: int, same_node: bool, home, target=None) -> dict:
-        """Labels v -> (bottleneck rank, hops, predecessor) of widest-then-shortest paths from a (ties: the
-        first found, vertices taken in order). With ``target``, the search stops when the target's label is
-        final (taken from the heap): the labels on its path are then those the whole search gives."""
-        adj = self._adjacency()
-        gpus = self._gpu_set()
-        best: dict = {a: (math.inf, 0, None)}      # the source: no bottleneck yet
-        heap = [(-math.inf, 0, vertex_key(a), a)]  # (-bottleneck, hops, key, v)
-        done = set()
-        while heap:
-            negb, hops, _, u = heapq.heappop(heap)
-            if u in done:
-                continue
-            done.add(u)
-            if u == target:
-                break
-            if u != a and self.graph.nodes[u]["kind"] == GPU:
-                continue  # GPUs are endpoints, never relays
-            bu = best[u][0]
-            for v, r, key, node in adj[u]:
-                if v in done or (same_node and node != home) or (target is not None and v != target
-                                                                 and v in gpus):
-                    continue    # another GPU: no relay, and no route asked of it in a search for one target
-                bott = r if r < bu else bu
-                old = best.get(v)
-                if old is None or bott > old[0] or (bott == old[0] and hops + 1 < old[1]):
-                    best[v] = (bott, hops + 1, u)
-                    heapq.heappush(heap, (-bott, hops + 1, key, v))
-        return {v: lab for v, lab in best.items() if v != a}
-
     def route_bandwidth(self, route: Route) -> Fraction:
         """The narrowest link of ``route`` (remembered per route: synthesis asks for the same ones often)."""
         memo = self._index.setdefault("route_bw", {})
@@ -347,6 +329,52 @@ class Topology:
 
     def has_route(self, a: int, b: int) -> bool:
         return self.route(a, b) is not None
+
+
+class _Search:
+    """Widest-then-shortest paths from GPU ``a`` (ties: the first found, vertices taken in order), searched
+    only as far as the destinations asked so far need. Labels v -> (bottleneck rank, hops, predecessor).
+
+    The vertices are expanded in the order of their keys (-bottleneck, hops, vertex order), as a whole search
+    would; a destination's label is final once every vertex of a smaller key is expanded: what the whole
+    search gives it. GPUs are endpoints, never relays, so a GPU other than ``a`` is labelled but never put on
+    the heap: once the vertices of smaller keys are expanded, none expanded later can better its label (their
+    bottleneck is no wider, or as wide with more hops)."""
+
+    __slots__ = ("topology", "a", "same_node", "home", "best", "heap", "done", "counted")
+
+    def __init__(self, topology: Topology, a: int, same_node: bool):
+        self.topology, self.a, self.same_node, self.home = topology, a, same_node, topology.node_of(a)
+        self.best: dict = {a: (math.inf, 0, None)}      # the source: no bottleneck yet
+        self.heap = [(-math.inf, 0, vertex_key(a), a)]  # (-bottleneck, hops, key, v)
+        self.done: set = set()
+        self.counted = 0        # its labels counted against the budget (Topology._searched)
+
+    def route_to(self, b: int) -> Route | None:
+        """The route to GPU ``b`` (None if there is none), searching on until its label is final."""
+        adj, gpus = self.topology._adjacency(), self.topology._gpu_set()
+        best, heap, done, a = self.best, self.heap, self.done, self.a
+        kb = vertex_key(b)
+        while heap:
+            lab = best.get(b)
+            negb, hops, key, u = heap[0]
+            if lab is not None and (negb, hops, key) > (-lab[0], lab[1], kb):
+                break           # b's label is final: every vertex of a smaller key is expanded
+            heapq.heappop(heap)
+            if u in done:
+                continue
+            done.add(u)
+            bu = best[u][0]
+            for v, r, vkey, node in adj[u]:
+                if v in done or (self.same_node and node != self.home):
+                    continue
+                bott = r if r < bu else bu
+                old = best.get(v)
+                if old is None or bott > old[0] or (bott == old[0] and hops + 1 < old[1]):
+                    best[v] = (bott, hops + 1, u)
+                    if v not in gpus or v == a:
+                        heapq.heappush(heap, (-bott, hops + 1, vkey, v))
+        return _path(best, a, b)
 
 
 def _path(labels: dict, a: int, b: int) -> Route | None:

@@ -177,6 +177,28 @@ def test_routes(topos, name, nodes):
         assert topo.route_latency(route) == pytest.approx(2.6)
 
 
+@pytest.mark.parametrize("name,nodes", [("dgx-a100", 2), ("mi250", 4), ("ndv2", 4), ("dgx-h100", 3)])
+def test_a_route_is_the_same_whatever_the_routes_asked_before_it(name, nodes, monkeypatch):
+    """Route searches are resumed where the last route from the same GPU stopped them, and dropped past a budget
+    of labels (colls.topology.Topology._search): every route is the same asked in rank order, in a shuffled
+    order, and with every search dropped after each route (each started again); its hops are switches and NICs
+    only."""
+    import random
+    from colls import topology as topology_module
+    first = load_topology(name, nodes=nodes)
+    pairs = [(a, b) for a in range(first.ngpus) for b in range(first.ngpus) if a != b]
+    ordered = {p: first.route(*p) for p in pairs}
+    random.Random(7).shuffle(pairs)
+    again = load_topology(name, nodes=nodes)
+    assert {p: again.route(*p) for p in pairs} == ordered
+    monkeypatch.setattr(topology_module, "SEARCH_LABELS_KEPT", 0)
+    fresh = load_topology(name, nodes=nodes)
+    assert {p: fresh.route(*p) for p in pairs[:400]} == {p: ordered[p] for p in pairs[:400]}
+    assert len(fresh._index["searches"]) == 1
+    for (a, b), route in list(ordered.items())[::37]:
+        assert route is None or all(first.graph.nodes[v]["kind"] != GPU for v in route[1:-1])
+
+
 def test_route_across_rails_uses_spine(topos):
     topo = topos("dgx-a100", 2)
     assert topo.route(0, 9) == (0, "n0.nic0.tx", "rail0", "spine", "rail1", "n1.nic1.rx", 9)
