@@ -490,3 +490,22 @@ def test_paired_leaves_halve_a_vertexs_additions_and_keep_every_links_load():
     mesh = load_topology("mi250", 2)
     assert trees.synthesize(mesh, Collective("reducescatter", mesh.ngpus), pair_leaves=True).info["leaves_paired"] == 0
     assert trees.synthesize(topo, Collective("reduce", topo.ngpus, root=0), pair_leaves=True).info["leaves_paired"] == 0
+
+
+@pytest.mark.parametrize("kind", ["allgather", "reducescatter", "allreduce"])
+def test_trees_with_more_peers_than_threadblocks_are_refused_before_their_transfers(kind):
+    """The peers a GPU sends to or receives from in its trees (a threadblock each whatever the layout) bound the
+    lowered program's threadblocks from below, and trees over ``max_tbs`` of them are refused before their
+    transfers are made."""
+    from colls.errors import LimitError
+    from colls.pipeline import compile_schedule
+    topo = load_topology("dgx-a100", nodes=2)
+    coll = Collective(kind, topo.ngpus)
+    most, gpu, word = trees.least_peers(coll, trees._plans_for(topo, coll), 1)
+    program = compile_schedule(topo, coll, "trees", options={"trees_per_gpu": 1}, in_memory=True,
+                               prove=False).program
+    assert 1 < most <= min(len(g.tbs) for g in program.gpus)
+    with pytest.raises(LimitError, match=f"at 1 tree per GPU, GPU {gpu} {word} {most} peers, a threadblock each, "
+                                         f"more than the {most - 1} threadblocks"):
+        trees.synthesize(topo, coll, trees_per_gpu=1, max_tbs=most - 1)
+    trees.synthesize(topo, coll, trees_per_gpu=1, max_tbs=most)

@@ -67,7 +67,7 @@ from fractions import Fraction
 
 from colls import bound as bounds
 from colls.collectives import Collective
-from colls.errors import CollsError
+from colls.errors import CollsError, LimitError
 from colls.schedule import Op, Schedule
 from colls.synth import packing, splitting
 from colls.synth.common import schedule_facts, too_many_gpus
@@ -397,6 +397,8 @@ def synthesize(topology: Topology, collective: Collective, trees_per_gpu: int | 
     base = n * k if kind == "allreduce" else k
     mult = -(-collective.chunks // base) * depth
     coll = collective.with_chunks(base * mult)
+    if max_tbs is not None:
+        _check_peers(topology, collective, plans, k, max_tbs)
     builder = _Builder(topology, coll, k, mult, split=split_phases and kind == "allreduce")
     paired = 0
     if kind in ("allgather", "broadcast"):
@@ -418,6 +420,42 @@ def synthesize(topology: Topology, collective: Collective, trees_per_gpu: int | 
     schedule.info["leaves_paired"] = paired
     schedule.info.update(schedule_facts(schedule, topology))
     return schedule
+
+
+def _check_peers(topology: Topology, collective: Collective, plans: list, k: int, max_tbs: int) -> None:
+    """Refuse trees whose GPU sends to (or receives from) more peers than ``max_tbs`` (:func:`least_peers`),
+    before their transfers are made: on 256 MI250 GCDs one tree per GPU takes 19 peers a GCD, counted in a
+    second where making the transfers took 4-6 s more."""
+    most, v, word = least_peers(collective, plans, k)
+    if most > max_tbs:
+        raise LimitError(f"{METHOD} {collective.kind} on {topology.name}: at {k} tree{'s' if k > 1 else ''} per GPU, "
+                         f"GPU {v} {word} {most} peers, a threadblock each, more than the {max_tbs} threadblocks a "
+                         f"GPU may run here; try fewer --nodes or another --method", limit="threadblocks")
+
+
+def least_peers(collective: Collective, plans: list, k: int) -> tuple[int, int, str]:
+    """The most peers a GPU sends to or receives from in the trees of ``plans`` at ``k`` trees per root, each a
+    threadblock whatever the layout (one send peer and one receive peer a threadblock: what colls.lower's
+    _check_tbs counts): (peers, the GPU, "sends to" or "receives from"). Data flows from a parent to its
+    children down the allgather's (and broadcast's) trees, from a child to its parent up the reductions'; an
+    allreduce runs both (plans: the reduction's, then the allgather's). Pairing leaves moves a leaf's send to a
+    sibling: not counted, so a lower bound for paired trees."""
+    sends: dict = defaultdict(set)
+    receives: dict = defaultdict(set)
+    down = collective.kind in ("allgather", "broadcast")
+    for i, p in enumerate(plans):
+        up = not down and (collective.kind != "allreduce" or i == 0)
+        for t in p.trees(k)[0]:
+            for child, parent in t.parent.items():
+                a, b = (child, parent) if up else (parent, child)
+                sends[a].add(b)
+                receives[b].add(a)
+    best = (0, 0, "sends to")
+    for side, word in ((sends, "sends to"), (receives, "receives from")):
+        for v, peers in side.items():
+            if (len(peers), -v) > (best[0], -best[1]):
+                best = (len(peers), v, word)
+    return best
 
 
 def _pair_leaves(builder: "_Builder", topology: Topology, trees: list) -> tuple[list, int]:
