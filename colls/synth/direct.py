@@ -124,10 +124,9 @@ def copy_lanes(topology: Topology, n: int, max_tbs: int | None) -> int:
     into one (:func:`colls.lower._pack`), and the lanes are what one per peer leaves: on 256 GPUs of 304 CUs,
     17 lanes of 15 copies, not one threadblock of 255 (more than a threadblock's steps)."""
     limit = min(topology.min_sms(), max_tbs or topology.min_sms())
-    spare = (9 * limit) // 10 - 2 * (n - 1) - 1
-    if spare < 1:
-        spare = (9 * limit) // 10 - (n - 1) - 1
-    return max(1, min(n - 1, spare))
+    usable = (9 * limit) // 10 - 1      # the own block's copy aside
+    per_peer = 2 if usable - 2 * (n - 1) >= 1 else 1
+    return max(1, min(n - 1, usable - per_peer * (n - 1)))
 
 
 def alltoall_ops(coll: Collective, route, step=lambda src, dst: 0,

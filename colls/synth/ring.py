@@ -77,6 +77,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 
 from colls.collectives import Collective
 from colls.errors import CollsError
@@ -455,7 +456,7 @@ class _Planner:
         """Ring sets to compare, by ring count. On one node with few Hamiltonian cycles (a mesh), the
         :func:`pack_rings` set of each count, leaving out counts that cannot carry more than a smaller
         count already does; otherwise the prefixes of the greedy rings."""
-        cycles = self._cycles() if len(self.groups) == 1 else None
+        cycles = self._cycles if len(self.groups) == 1 else None
         if cycles is None:
             planned = self.plan(max(counts))
             spread = self._disjoint()
@@ -485,7 +486,7 @@ class _Planner:
         the last 8 form no ring), these load every link alike. On several nodes: :meth:`_disjoint_paths`."""
         if len(self.groups) > 1:
             return self._disjoint_paths()
-        if self._cycles() is not None:
+        if self._cycles is not None:
             return []                   # a sparse mesh whose every ring :func:`pack_rings` weighs
         t, verts = self.topology, self.groups[0]
         hops = {(a, b) for a in verts for b in verts if a != b and t.route(a, b) is not None}
@@ -503,14 +504,10 @@ class _Planner:
                     loads[link] += 1
         return min(Fraction(self.topology.bw(*link)) / k for link, k in loads.items())
 
+    @cached_property
     def _cycles(self) -> list[tuple] | None:
         """All Hamiltonian cycles of the node over routed pairs, best (bottleneck, total) first; None
         for a dense graph (more than CYCLE_LIMIT). Enumerated once per planner."""
-        if "_cycle_list" not in self.__dict__:
-            self._cycle_list = self._enumerate_cycles()
-        return self._cycle_list
-
-    def _enumerate_cycles(self) -> list[tuple] | None:
         t, verts = self.topology, self.groups[0]
         hops = {(a, b) for a in verts for b in verts if a != b and t.route(a, b) is not None}
         cycles = all_cycles(verts, hops)
