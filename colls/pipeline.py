@@ -341,7 +341,7 @@ def check_limits(topology: Topology, collective: Collective, method: str, tgt: T
         peers = sum(1 for b in range(1, n) if topology.route(0, b) is not None)
     elif method == "hier":  # its node's neighbours and the next GPU on its rail
         from colls.synth import hier
-        peers = hier.least_peers(topology, collective)
+        peers = hier.least_peers(topology, collective, (options or {}).get("span"))
     if peers > limit_tbs:
         who = (f"but --max-threadblocks {tgt.tbs_budget} allows at most {limit_tbs} threadblocks per GPU"
                if tgt.tbs_budget == limit_tbs else f"more than {tgt.tbs_why}" if tgt.tbs_why and limit_tbs == tgt.max_tbs

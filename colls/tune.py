@@ -547,13 +547,14 @@ def _check_cut(first, method: str) -> None:
     """Refuse, before it is lowered again and cut, a program for a plan (as the XML file's: ``first``, which its
     plan cannot hold) whose cut threadblocks cannot fit the plan's threadblocks a GPU
     (:func:`colls.mscclpp.least_threadblocks`; 128 GPUs: one tree per GPU cut to 27-29 threadblocks of the 24
-    allowed, refused after 5-7 s). The cut program is the same schedule: the fewest trees per GPU, copies and
-    depth (``first`` grew none, its plan did not fit), the direct or milp schedule itself. Not rings, which the
-    cut may run fewer of (colls.synth.ring.fits bounds each count first), nor hier, which may pass more chunks
-    a rail op (fewer steps)."""
+    allowed, refused after 5-7 s). The cut program is the same schedule: trees at the fewest trees per GPU,
+    copies and depth (``first`` grew none, its plan did not fit), which the cut grows only once it fits; direct's
+    schedule itself. Not rings, which the cut may run fewer of (colls.synth.ring.fits bounds each count first),
+    hier, which may pass more chunks a rail op (fewer steps), nor milp, whose solver may answer otherwise the
+    second time."""
     from colls import mscclpp
     from colls.topology import node_rotation
-    if method in ("ring", "hier"):
+    if method not in ("trees", "direct"):
         return
     program, tgt = first.program, first.target
     ranks = first.report.facts.get("symmetry", {}).get("ranks_run")

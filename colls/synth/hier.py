@@ -350,7 +350,7 @@ def _pieces(nodes: int, per: int, span: int) -> list[tuple]:
     return sorted(pieces, key=lambda p: (p[1], p[0]))
 
 
-def least_peers(topology: Topology, collective: Collective) -> int:
+def least_peers(topology: Topology, collective: Collective, span: int | None = None) -> int:
     """A lower bound on the peers some rank sends to (or receives from) in the file this method makes, each a
     threadblock of its own whatever the layout (a threadblock has one send peer and one receive peer), counted
     from the node's routes without making it, so that a machine whose file the target cannot hold is refused at
@@ -358,13 +358,14 @@ def least_peers(topology: Topology, collective: Collective) -> int:
     alone took 3-5 s). GPU ``g``'s local tree reaches every GPU it has a route to in one hop (the first level of a
     breadth-first tree, :func:`_local_trees`): an allgather sends ``g``'s block to each of them, a reducescatter
     receives their sums for ``g``'s block from each (an allreduce does both); and the pieces pass ``g`` around
-    its rail's ring, one node to the next, over a NIC (another node's GPU, not a local one). 0 where the method
-    refuses."""
+    its rail's ring, one node to the next, over a NIC (another node's GPU, not a local one), where a piece rides
+    ``g``'s rail (``span``: the pieces' size, default as :func:`synthesize`'s). 0 where the method refuses."""
     nodes, per = topology.node_major()
     if collective.kind not in KINDS or nodes < 2 or collective.nranks != topology.ngpus:
         return 0
-    near = max(sum(1 for b in range(per) if b != a and topology.route(a, b) is not None) for a in range(per))
-    return near + 1
+    rails = {rail for _, rail, _, _ in _pieces(nodes, per, _span(nodes, per) if span is None else span)}
+    return max(sum(1 for b in range(per) if b != a and topology.route(a, b) is not None) + (a in rails)
+               for a in range(per))
 
 
 def least_steps(topology: Topology, collective: Collective, instances: int = 1) -> int:
