@@ -295,8 +295,9 @@ def _check_ring_channels(collective: Collective, tgt: Target, rings: int | None,
                  for r in counts}
         r = min(counts, key=lambda r: (least[r], r))
         raise LimitError(f"ring {collective.kind} on {where}: {r} ring{'s' if r > 1 else ''} of {collective.nranks} "
-                         f"ranks run{'s' if r == 1 else ''} {r * ring.instructions_per_ring(collective, r)} instructions per rank, "
-                         f"{r * ring.relays_per_ring(collective, r)} of them relays; a threadblock of an MSCCL++ "
+                         f"ranks run{'s' if r == 1 else ''} {r * ring.instructions_per_ring(collective, r)} "
+                         f"instructions per rank, {r * ring.relays_per_ring(collective, r)} of them relays; a "
+                         f"threadblock of an MSCCL++ "
                          f"plan holds at most {tgt.max_remote_steps} steps that send or receive and "
                          f"{tgt.max_relay_steps} relays (64 ops), so at least {least[r]} threadblocks"
                          + ("" if rings else " at any count of rings") + ", more than "
@@ -617,7 +618,7 @@ def _planned(topology, collective, method, target, instances, options, mode: str
     (colls.tune.compile_for_plans; trees on 128 GPUs, half a second each)."""
     _, opts = _method_options(topology, collective, method, target, instances, options, mode)
     try:
-        key = (id(topology), collective, method, tuple(sorted(opts.items())))
+        key = (collective, method, tuple(sorted(opts.items())))
         hash(key)
     except TypeError:           # an option that is not hashable (a sketch): made afresh
         key = None
@@ -629,7 +630,7 @@ def _planned(topology, collective, method, target, instances, options, mode: str
     return schedule
 
 
-_LAST_PLANNED: list = []        # [key, topology, schedule] of the last _planned (the topology: by identity)
+_LAST_PLANNED: list = []        # [key, topology, schedule] of the last _planned (its topology compared by identity)
 
 
 def budgeted(tgt: Target, max_threadblocks: int | None) -> Target:

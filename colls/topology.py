@@ -372,7 +372,7 @@ class _Search:
                 old = best.get(v)
                 if old is None or bott > old[0] or (bott == old[0] and hops + 1 < old[1]):
                     best[v] = (bott, hops + 1, u)
-                    if v not in gpus or v == a:
+                    if v not in gpus:
                         heapq.heappush(heap, (-bott, hops + 1, vkey, v))
         return _path(best, a, b)
 

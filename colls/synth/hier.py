@@ -364,8 +364,8 @@ def least_peers(topology: Topology, collective: Collective, span: int | None = N
     if collective.kind not in KINDS or nodes < 2 or collective.nranks != topology.ngpus:
         return 0
     rails = {rail for _, rail, _, _ in _pieces(nodes, per, _span(nodes, per) if span is None else span)}
-    return max(sum(1 for b in range(per) if b != a and topology.route(a, b) is not None) + (a in rails)
-               for a in range(per))
+    down = _local_trees(topology, per)[1]
+    return max((len(down[a][0]) if down[a] else 0) + (a in rails) for a in range(per))
 
 
 def least_steps(topology: Topology, collective: Collective, instances: int = 1) -> int:

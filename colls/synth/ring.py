@@ -1053,9 +1053,9 @@ def fits(collective: Collective, rings: int, max_steps: int | None, max_channels
     or receive, which every one of them is, and of ``max_relay_steps`` relays). A count that does not is
     refused by the loader whatever the lowering (copies only add channels and threadblocks; segments and the
     lowering's stores only add instructions). The threadblocks matter where they are few for the rank count: an
-    MSCCL++ plan of 128 GPUs holds 24 a GPU (colls proves a plan of 3,072 in all) of at most 16 such steps and 9
-    relays (colls.runtimes.mscclpp.PLAN_RELAY_STEP_OPS), and one ring of an allreduce there runs 252 relays a
-    rank, 28 threadblocks at least."""
+    MSCCL++ plan of 128 GPUs holds 24 a GPU (colls proves a plan of 3,072 in all) of at most 12 such steps and 8
+    relays (colls.runtimes.mscclpp.PLAN_RELAY_STEP_OPS), and one ring of an allreduce there runs 253 relays a
+    rank, 32 threadblocks at least."""
     if not max_steps:
         return True
     if max_tbs and least_threadblocks(collective, rings, max_steps, max_remote_steps, max_relay_steps) > max_tbs:
