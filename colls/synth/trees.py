@@ -752,15 +752,18 @@ class _Builder:
         partial sums placed; returns (ops, scratch chunks per rank)."""
         base: dict = {}
         free: dict = defaultdict(int)
-        # a task only ever follows a task of its group with a smaller id
+        # a task only ever follows a task of its group with a smaller id; a wave's tasks start together, at the
+        # place of its first
+        waves: dict = defaultdict(list)
         for tid in sorted(range(self.ntrees), key=lambda t: (self.group[t], t)):
-            lane = lane_of[tid]
-            start = free[lane]
-            if tid in self.after:
-                dep = self.after[tid]
-                start = max(start, base[dep] + self.span[dep])
-            base[tid] = start
-            free[lane] = start + self.span[tid]
+            waves[self._wave(tid, lane_of)].append(tid)
+        for wave in waves.values():
+            lane = lane_of[wave[0]]
+            start = max([free[lane]] + [base[self.after[t]] + self.span[self.after[t]] for t in wave
+                                        if t in self.after])
+            for tid in wave:
+                base[tid] = start
+            free[lane] = start + max(self.span[t] for t in wave)
         use: dict = defaultdict(int)   # remote ops per (rank, lane, direction, peer)
         for sp in self.specs:
             if sp.src != sp.dst:
@@ -769,7 +772,10 @@ class _Builder:
                 use[(sp.src, lane, "s", sp.dst)] += 1
         scratch_used: dict = defaultdict(int)
         place: dict = {}
-        for key in sorted(self.partial):
+        # a rank's scratch slots go to its trees in the order of their roots seen from it, as every rank sees its
+        # own: rotated, each rank's slots are its representative's (Schedule.rotation)
+        for key in sorted(self.partial, key=lambda key: (key[1], self.rel(self.place[key[0]][0], key[1]),
+                                                         self.place[key[0]][1], key)):
             rank, tree, child, parent, cin, nkids, in_output = self.partial[key]
             lane = lane_of[tree]
             stored = ("o", cin) if in_output else ("s", scratch_used[rank])
@@ -785,6 +791,20 @@ class _Builder:
             ops.append(Op(base[sp.tree] + sp.step, sp.src, sp.dst, src[0], src[1], dst[0], dst[1],
                           sp.count, reduce=red, lane=lane_of[sp.tree], route=sp.route))
         return ops, max(scratch_used.values(), default=0)
+
+    def _wave(self, tid: int, lane_of: list) -> tuple:
+        """The tasks that start at one step on their lane: those whose roots sit at one place of their nodes
+        (task j of each such root: the trees are grown equivariant under node rotation,
+        :func:`colls.synth.packing.pack`), so that rotating every op by a node gives the schedule back
+        (:meth:`colls.schedule.Schedule.rotation`) and it is lowered and proved one node's ranks for all
+        (:func:`colls.lower.lower_by_symmetry`). Dealt one after another, the tasks of a lane ran in the order
+        of their roots, which a rotation does not keep. One task a wave where ranks are not node-major or the
+        collective has one root."""
+        nodes, per = self.shape
+        if not nodes or not per or self.coll.rooted:
+            return (lane_of[tid], tid)
+        root, j = self.place[tid]
+        return (lane_of[tid], root % per, j, tid in self.after)     # an allreduce's halves: waves of their own
 
 
     def threadblocks(self, lane_of: list) -> int:
