@@ -437,7 +437,10 @@ def _cut_more(cuts: dict, over: list, all_ops: list, nseg: int, nsteps: int, bas
             return False
         at.sort()
         new = sorted({at[len(at) * i // parts] for i in range(1, parts)} - {at[0]})
-        if new != cuts.get(key, []):
+        old = cuts.get(key, [])
+        if len(new) <= len(old):    # many ops of one step: quantiles that coincide cut in no more parts, and
+            new = sorted(set(old) | set(new))   # taken alone they undid the last cut, round and round
+        if new != old:
             made[key] = new
     for key, new in made.items():       # after all: a key and its image may both be wanted
         cuts[key] = new

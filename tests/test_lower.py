@@ -454,3 +454,20 @@ def test_copies_out_of_scratch_keep_channels_of_their_own_when_the_sending_lanes
     local = [tb for tb in last.tbs if tb.send < 0 and tb.recv < 0]
     assert len({tb.chan for tb in local}) == len(local) > 1
     assert verify.verify(program, TARGETS["exe"], sms=topo.min_sms()).ok
+
+
+def test_cutting_a_connection_never_undoes_a_cut():
+    """A threadblock too long for a plan has its connections cut at the quantiles of their ops' steps, one part
+    more each time. Where many ops share a step the quantiles coincide: 6 ops at steps 0, 0, 2, 3, 3, 4 were cut
+    at 3, then at 2 and 3, then at 3 again, and so on without end (a trees allreduce plan on 8 x NDv2, whose
+    trees of the roots at one place of their nodes run their steps together, lowered for minutes). The cuts
+    only grow now, and the search says when they cannot."""
+    from colls.lower import _cut_more
+    ops = [Op(step, 0, 1, "i", k, "o", k, 1, lane=0) for k, step in enumerate([0, 0, 2, 3, 3, 4])]
+    over = [(0, 0, 0, -1, 1, len(ops))]     # GPU 0's threadblock on channel 0 sending to GPU 1
+    cuts: dict = {}
+    seen = []
+    while _cut_more(cuts, over, ops, 1, 5, 1, {0: 0}, TARGETS["exe"]):
+        seen.append(list(cuts[0, 1, 0]))
+        assert len(seen) <= 5
+    assert seen == [[3], [2, 3]]
