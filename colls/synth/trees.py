@@ -43,8 +43,9 @@ The method, stage by stage (each a plain function of the previous stage's value)
    and peer pairing, as :mod:`colls.lower` builds them) fits 90% of the GPU's SM count; with at most
    32 trees every tree has a lane of its own, so a rank's threadblock carries one receive and the
    sends of one tree (a 2-node cluster at k = 1 needs a handful of steps per threadblock). The trees
-   of one lane run one after another, each in a step interval of its own, which keeps the program
-   free of deadlocks through the runtime's two-message connection FIFOs (see :class:`_Builder`).
+   of one lane run one after another, each in a step interval of its own, save that the trees of the roots
+   at one place of their nodes (a wave) share theirs, so that a rotation by a node gives the schedule back
+   (see :class:`_Builder`).
 
 ``Schedule.info`` records the method's facts: ``x_star`` (the optimal rate from the bound),
 ``split_rate`` (what splitting kept), ``k`` used, ``k_optimal``, ``achieved_rate`` (``x_k``), the
@@ -586,8 +587,12 @@ class _Builder:
     caller asked for a larger chunk factor.
 
     Tasks and steps. Every (single-chunk) tree is a *task*: its ops get steps relative to the task's
-    start, and :meth:`finish` runs the tasks of one lane one after another (each in a step interval of
-    its own; an allreduce allgather task starts after the reduce-scatter task of its chunk). Why: the
+    start, and :meth:`finish` runs the waves of one lane one after another (each in a step interval of
+    its own; an allreduce allgather task starts after the reduce-scatter task of its chunk). A wave is one
+    task where the trees have no node rotation, else the tasks of the roots at one place of their nodes
+    (:meth:`_wave`): images of one another under the rotation, at the same steps, which the argument below
+    does not cover; every file is proved free of a wait cycle (colls.verify) before it is written, and none
+    was found on the shipped profiles (1-16 nodes: bench/simulate.py, bench/scale.py). Why: the
     lowering orders every threadblock's instructions by step and the runtime's connections hold two
     messages; when trees sharing threadblocks interleave, a forwarding instruction can wait for room on
     a connection whose receiver waits, through a dependency, for that very instruction's threadblock
@@ -748,7 +753,7 @@ class _Builder:
         return ready, step_of
 
     def finish(self, lane_of: list) -> tuple[list[Op], int]:
-        """Ops with lanes ``lane_of[task]``, steps made absolute (the tasks of a lane in sequence) and
+        """Ops with lanes ``lane_of[task]``, steps made absolute (the waves of a lane in sequence) and
         partial sums placed; returns (ops, scratch chunks per rank)."""
         base: dict = {}
         free: dict = defaultdict(int)
