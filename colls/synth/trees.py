@@ -801,10 +801,11 @@ class _Builder:
         """The tasks that start at one step on their lane: those whose roots sit at one place of their nodes
         (task j of each such root: the trees are grown equivariant under node rotation,
         :func:`colls.synth.packing.pack`), so that rotating every op by a node gives the schedule back
-        (:meth:`colls.schedule.Schedule.rotation`) and it is lowered and proved one node's ranks for all
-        (:func:`colls.lower.lower_by_symmetry`). Dealt one after another, the tasks of a lane ran in the order
-        of their roots, which a rotation does not keep. One task a wave where ranks are not node-major or the
-        collective has one root."""
+        (:meth:`colls.schedule.Schedule.rotation`, where the lanes repeat from node to node: every m nodes where
+        there are m times a node's GPUs of them, :func:`_equivariant_lanes`) and it is lowered and proved on one
+        orbit's ranks for all (:func:`colls.lower.lower_by_symmetry`). Dealt one after another, the tasks of a
+        lane ran in the order of their roots, which a rotation does not keep. One task a wave where ranks are
+        not node-major or the collective has one root."""
         nodes, per = self.shape
         if not nodes or not per or self.coll.rooted:
             return (lane_of[tid], tid)
