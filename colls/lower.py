@@ -763,6 +763,19 @@ def _pack(tbs: list[_Tb], limit: int, shape: tuple) -> list[_Tb]:
     return out
 
 
+def fewest_packed(program: Program) -> int:
+    """The fewest threadblocks the busiest GPU of ``program`` would hold with every pair :func:`_pack` may join
+    joined: on each GPU, a threadblock that only receives from a peer on a channel and one that only sends to it
+    there count once. A lower bound on what a copy of the program needs (:func:`colls.tune.own_channels`), which
+    the threadblocks as laid out, unpacked below the limit, overstate."""
+    most = 0
+    for g in program.gpus:
+        recv_only = {(tb.chan, tb.recv) for tb in g.tbs if tb.send < 0 <= tb.recv}
+        send_only = {(tb.chan, tb.send) for tb in g.tbs if tb.recv < 0 <= tb.send}
+        most = max(most, len(g.tbs) - len(recv_only & send_only))
+    return most
+
+
 FUSED_TYPES = frozenset({"rcs", "rrs", "rrcs"})
 
 

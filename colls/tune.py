@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 
-from colls import pipeline
+from colls import lower as lowering, pipeline
 from colls.errors import CollsError, LimitError
 from colls.simulate.baseline import Fastest, runtime_blocks
 from colls.synth import trees
@@ -87,18 +87,68 @@ def pairs(method: str, kind: str) -> bool:
 def _grown(chosen, topology, collective, method, options: dict, unproved: dict, fits, score, timer, times, *,
            copies: bool, deepen: bool) -> tuple:
     """``chosen`` with its copies (:func:`_fastest_copies`) and then its depth (:func:`deepest`) chosen, as asked:
-    (the file, the facts that say what was tried, its score at :data:`SIZES` or None when not known)."""
+    (the file, the facts that say what was tried, its score at :data:`SIZES` or None when not known). Where the
+    fastest copies are packed (a peer's sends and receives on one threadblock) and the fastest unpacked copies
+    are fewer, both are made deeper (when asked) and the packed file is taken only when then still
+    :data:`COPIES_GAIN` faster, and not slower at :data:`PACKED_HOLD` (:func:`_unpacked_wins`): packing serializes
+    what deeper files overlap (1 x dgx2 direct allreduce: 4 packed copies beat 2 at one piece a block, 1,510
+    against 2,335 us, but no deeper file of them was faster, and 2 copies at 8 pieces took 1,285)."""
     facts: dict = {}
+    own = None                  # the fastest copies of threadblocks of their own, when packed ones were faster
     if copies:
-        chosen, more, score, times = _fastest_copies(chosen, topology, score, timer, times)
+        chosen, more, score, times, own = _fastest_copies(chosen, topology, score, timer, times)
         facts.update(more)
+    more = {}
+    grown = chosen
     if deepen:
-        deeper, more = deepest(chosen, topology, collective, method, options, unproved, score, fits, hold=True,
-                               times=times)
-        facts.update(more)
-        if deeper is not chosen:
-            chosen, score = deeper, None
+        grown, more = deepest(chosen, topology, collective, method, options, unproved, score, fits, hold=True,
+                              times=times)
+    if own is not None:         # copies and depth both cut a threadblock's work: the deeper of each may win
+        o_file, o_facts, o_score = own
+        o_grown, o_more = o_file, {}
+        if deepen:
+            o_grown, o_more = deepest(o_file, topology, collective, method, options, unproved, o_score, fits,
+                                      hold=True)
+        why = _unpacked_wins(grown, _deepened_score(grown, more, score), o_grown,
+                             _deepened_score(o_grown, o_more, o_score), topology, deepen)
+        if why:
+            o_facts["copies_note"] = (f"{o_facts.get('copies_note', 'one copy of the schedule')}; "
+                                      f"{chosen.facts['instances']} copies, a peer's sends and receives packed on "
+                                      f"one threadblock to fit, {why}")
+            facts.update(o_facts)
+            grown, more, chosen = o_grown, o_more, o_file
+    facts.update(more)
+    if grown is not chosen:
+        chosen, score = grown, None
     return chosen, facts, score
+
+
+# The call size at which copies packed on shared threadblocks must not be slower than those with their own: the
+# packed threadblock sends and receives one after another, and where its copy rate binds (the large calls) that
+# loses what the extra channels gained at the middle sizes (1 x dgx-h100 direct allgather: 16 packed copies on
+# 132 threadblocks, 16 MB 194 -> 210 GB/s algbw, 1 GB 398 -> 380, against 8 copies on 120).
+PACKED_HOLD = 1 << 30
+
+
+def _unpacked_wins(packed, p_score, own, o_score, topology, deepened: bool) -> str:
+    """Why the file whose copies have threadblocks of their own (``own``, score ``o_score``) is taken over the one
+    whose copies share them (``packed``, ``p_score``), both with their depth chosen when ``deepened``; "" when
+    the packed one is taken: at least :data:`COPIES_GAIN` faster at :data:`SIZES` (it holds more of the GPU) and
+    not slower by that at :data:`PACKED_HOLD`."""
+    if p_score is None or (o_score is not None and p_score >= o_score * (1 - COPIES_GAIN)):
+        return (f"not {COPIES_GAIN:.0%} faster once both were made deeper" if deepened else
+                f"not {COPIES_GAIN:.0%} faster")
+    p_large, o_large = (_time_at(_timer(f, topology), PACKED_HOLD) for f in (packed, own))
+    if p_large is None or (o_large is not None and p_large > o_large * (1 + COPIES_GAIN)):
+        return f"slower at {size_text(PACKED_HOLD)}"
+    return ""
+
+
+def _deepened_score(deeper, facts: dict, score: float | None) -> float | None:
+    """The score at :data:`SIZES` of ``deeper``, the file :func:`deepest` returned with ``facts`` from a file whose
+    score was ``score``."""
+    tried = facts.get("depth_tuned", {}).get("geomean_us", {})
+    return tried.get(str(deeper.schedule.info.get("depth", 1)), score)
 
 
 def _paired_or_not(grown, facts: dict, score, topology, collective, method, options: dict, unproved: dict, fits,
@@ -239,16 +289,19 @@ def _fastest_copies(chosen, topology, score: float | None = None, timer=None, ti
     one chain of threadblocks, each moving its bytes at one threadblock's copy rate (about a tenth of an
     NVSwitch A100's links), so one copy fills a tenth of the links whatever the link model says; NCCL runs its
     ring on up to 32 channels for the same reason. ``score``, ``timer`` and ``times`` (at each size):
-    ``chosen``'s, when already made. Returns the file, the facts that say what was tried, the file's score and
-    its times at each size (None when not timed)."""
-    if not own_channels(chosen, 2):     # no second copy fits: nothing to compare, nothing to simulate
-        return chosen, {}, score, times
+    ``chosen``'s, when already made. Copies may share the GPU's threadblocks, packed as the lowering packs a
+    program over the target's limit (:func:`own_channels`). Returns the file, the facts that say what was tried,
+    the file's score and its times at each size (None when not timed), and, when the file's copies are packed,
+    the fastest whose copies have threadblocks of their own (file, facts, score) to compare once both are made
+    deeper (:func:`_grown`), else None."""
+    if not own_channels(chosen, 2, packed=True):    # no second copy fits: nothing to compare or simulate
+        return chosen, {}, score, times, None
     timer = timer or _timer(chosen, topology)
     if score is None:
         times = {}
         score = _score(timer, times=times)
     if score is None:                   # not run by the runtime at the sizes compared: nothing to compare
-        return chosen, {}, None, None
+        return chosen, {}, None, None, None
     floor = _link_floor(timer)          # what no number of copies goes below
     made, blocks = chosen.facts["instances"], chosen.program.max_tbs()
     own = runtime_blocks(topology, chosen.target.name)
@@ -256,22 +309,37 @@ def _fastest_copies(chosen, topology, score: float | None = None, timer=None, ti
     def gain(copies: int) -> float:     # none asked of copies that hold no more SMs than the runtime's own ring
         return 0.0 if blocks * copies // made <= own else COPIES_GAIN
 
+    files = {1: chosen}
+
     def copied(copies: int, before: float):
-        if not own_channels(chosen, copies) or floor >= before * (1 - gain(copies)):
+        if not own_channels(chosen, copies, packed=True) or floor >= before * (1 - gain(copies)):
             return None
-        return pipeline.relower(chosen, instances=copies, only_simulated=True)
+        files[copies] = pipeline.relower(chosen, instances=copies, only_simulated=True)
+        return files[copies]
 
     timed, best, copies, times = _doubling(chosen, score, copied, topology, times=times, gain=gain)
+    unpacked = max(c for c in timed if c <= copies and own_channels(chosen, c))
+    alternative = None
+    if unpacked < copies:
+        alternative = (files[unpacked], _copies_facts(timed, unpacked, own), timed[unpacked])
+    return best, _copies_facts(timed, copies, own, unpacked < copies), timed[copies], times, alternative
+
+
+def _copies_facts(timed: dict, copies: int, own: int, packed: bool = False) -> dict:
+    """What :func:`_fastest_copies` says of taking ``copies`` (``packed``: sharing threadblocks): the scores it
+    timed (by copies) and a note."""
     facts: dict = {"copies_tuned": {"sizes": [size_text(s) for s in SIZES],
                                     "geomean_us": {str(c): round(t, 3) for c, t in sorted(timed.items())}}}
     if copies > 1:
         tried = ", ".join(str(c) for c in sorted(timed))
         facts["copies_note"] = (f"{copies} copies of the schedule on channels of their own (--instances {copies}): "
                                 f"the fastest simulated of {tried} at {' and '.join(size_text(s) for s in SIZES)}")
+        if packed:
+            facts["copies_note"] += ", a peer's sends and receives packed on one threadblock to fit the target"
         if any(timed[c] > timed[c // 2] * (1 - COPIES_GAIN) for c in timed if 1 < c <= copies):
             facts["copies_note"] += (f" (copies within the {own} threadblocks a GPU the runtime's own ring holds "
                                      f"are taken when faster at all, more only when {COPIES_GAIN:.0%} faster)")
-    return best, facts, timed[copies], times
+    return facts
 
 
 def _doubling(chosen, score: float, make, topology, accept=None, times: dict | None = None, gain=None,
@@ -449,16 +517,21 @@ def _time_at(timer, size: int) -> float | None:
     return t.time_us if t is not None and t.served else None
 
 
-def own_channels(compiled, copies: int) -> bool:
+def own_channels(compiled, copies: int, packed: bool = False) -> bool:
     """Whether ``copies`` copies of ``compiled``'s schedule (as made, ``facts["instances"]`` of them) each get
     channels of their own within the target's, and threadblocks of their own within what the target runs on
     the GPU (every copy has its own threadblocks): copies that would share channels are rarely faster and slow
     to lay out, and copies the GPU cannot hold would be refused only after a whole lowering, which on 1,024 GPUs
-    takes longer than the file itself (:func:`_fastest_copies`, and colls compile's copies)."""
+    takes longer than the file itself (:func:`_fastest_copies`, and colls compile's copies). ``packed``: a copy's
+    threadblocks counted as the lowering packs them when over the limit (:func:`colls.lower.fewest_packed`: a
+    peer's send and receive on one; the copies then share the GPU's threadblocks but still have channels of
+    their own): on 2 x mi250 the ring alltoall lays out 38 a GPU, and 2 copies pack into RCCL's 64 and run
+    1.4x faster at 1 GB."""
     made = compiled.facts["instances"]
     limit = min(compiled.target.max_tbs, compiled.topology.min_sms())
+    blocks = lowering.fewest_packed(compiled.program) if packed else compiled.program.max_tbs()
     return (compiled.program.nchannels * copies // made <= compiled.target.max_channels
-            and compiled.program.max_tbs() * copies // made <= limit)
+            and blocks * copies // made <= limit)
 
 
 def _timer(result, topology) -> Fastest:

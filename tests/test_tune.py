@@ -92,6 +92,39 @@ def test_a_ring_takes_copies_up_to_the_runtimes_own_threadblocks_when_faster_at_
     assert t.time_us <= Baseline(topo, "reducescatter", "ring").time(size).time_us * (1 + 1e-9)
 
 
+def test_copies_whose_threadblocks_pack_into_the_target_are_tried():
+    """2 x MI250's ring alltoall lays out 38 threadblocks a GPU (a send and a receive one for each peer on the
+    other node); counted so, a second copy (76) was over RCCL's 64 and never tried, and the file ran at 17 GB/s
+    busbw at 1 GB, 0.73x RCCL's own alltoall (23). The lowering packs a peer's send and receive on one threadblock
+    when over the limit: 2 copies fit in 64 and run as fast as RCCL's."""
+    from colls.simulate.baseline import RuntimeDefault
+    topo = load_topology("mi250", 2)
+    coll = Collective("alltoall", topo.ngpus)
+    ring = tune.compile_fastest(topo, coll, "ring", target="rccl", in_memory=True, prove=False)
+    assert ring.facts["instances"] == 2 and ring.program.max_tbs() <= ring.target.max_tbs
+    assert "packed on one threadblock" in ring.facts["copies_note"]
+    size = 1 << 30
+    t, _ = simulate(ring.program, topo, "alltoall", size, target="rccl")
+    assert t.time_us <= RuntimeDefault(topo, "alltoall", target="rccl").time(size).time_us * (1 + 1e-9)
+
+
+def test_packed_copies_that_lose_the_large_calls_or_the_deeper_files_are_not_taken():
+    """Packed copies send and receive one after another on a threadblock: on 1 x DGX H100, 16 copies of the direct
+    allgather (132 threadblocks) win at 16 MB but lose 1 GB (380 against 398 GB/s algbw at 8 copies on 120), and
+    the 1 x DGX-2 direct allreduce's 4 packed copies win at one piece a block, but 2 copies made deeper win more.
+    Where packing wins both (1 x DGX H100 direct reduce-scatter), it is taken."""
+    h100 = load_topology("dgx-h100", 1)
+    ag = tune.compile_fastest(h100, Collective("allgather", 8), "direct", in_memory=True, prove=False)
+    assert ag.facts["instances"] == 8 and "slower at 1GB" in ag.facts["copies_note"]
+    assert ag.facts["copies_tuned"]["geomean_us"]["16"] < ag.facts["copies_tuned"]["geomean_us"]["8"]
+    rs = tune.compile_fastest(h100, Collective("reducescatter", 8), "direct", in_memory=True, prove=False)
+    assert rs.facts["instances"] == 16 and "packed on one threadblock to fit the target" in rs.facts["copies_note"]
+    dgx2 = load_topology("dgx2", 1)
+    ar = tune.compile_fastest(dgx2, Collective("allreduce", 16), "direct", in_memory=True, prove=False)
+    assert ar.facts["instances"] == 2 and "once both were made deeper" in ar.facts["copies_note"]
+    assert ar.schedule.info["depth"] > 1
+
+
 def test_no_copies_go_below_the_links():
     """The floor the copies search stops at: the launch plus the busiest link's bytes at full bandwidth, which
     copies never change; every copy count simulates above it."""
