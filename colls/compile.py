@@ -355,10 +355,8 @@ def _variants(topology, coll, name, target, options, sizes=None) -> Method:
             continue                    # nothing to pair: the same trees as the first base
         ncpl = ncpl or first.program.nchunksperloop
         if sizes is None or any(served(first.program, coll.kind, s) is None for s in sizes):
-            last = _copies(first, m)
+            _copies(first, m)
             _deeper(topology, coll, name, target, opts, m, sizes)
-            if last is not None:
-                _copies(first, m, after=last)
     if not m.variants:
         m.refused = (f"the runtime would run its file for none of the sizes: {ncpl} chunks per loop divide the "
                      "element count of none of them")
@@ -430,26 +428,17 @@ def _refused_in_place(e: CollsError) -> bool:
     return "in-place" in str(e)
 
 
-def _copies(first, m: Method, after=None) -> object:
-    """``first`` and its copies, while they get channels and threadblocks of their own and the target loads them;
-    returns the last, or None when the target refused one. ``after`` (such a last copy): the copies past it
-    whose threadblocks the lowering packs to fit (a peer's sends and receives on one: synth's copies may be so,
-    :func:`colls.tune.own_channels`), added after :func:`_deeper` made that last one deeper."""
-    if after is None:
-        m.refused = None
-        m.variants.append(first)
-    last = after or first
+def _copies(first, m: Method) -> None:
+    """``first`` and its copies, while they get channels of their own and the target loads them."""
+    m.refused = None
+    m.variants.append(first)
     for copies in COPIES[1:]:
-        if copies <= last.facts["instances"]:
-            continue
-        if not tune.own_channels(last, copies, packed=after is not None):
+        if not tune.own_channels(m.variants[-1], copies):
             break               # the copies would share channels: rarely faster, and slow to lay out
         try:
-            last = pipeline.relower(first, instances=copies, only_simulated=True)
+            m.variants.append(pipeline.relower(first, instances=copies, only_simulated=True))
         except CollsError:
-            return None
-        m.variants.append(last)
-    return last
+            break
 
 
 def _ranges(methods, nccl, sizes, target, margins) -> list[Range]:
