@@ -157,6 +157,11 @@ def _lower_all(schedule: Schedule, target: Target, options: LowerOptions, sym: t
         all_ops = [op for op in all_ops if op.src < sym[0] or op.dst < sym[0]]
         sym = sym + (_images(all_ops, schedule.collective, *sym),)
     nsteps = max(1, schedule.nsteps)
+    coll = schedule.collective
+    slices, sizes = (sym[1] if sym is not None else {}), {"i": coll.in_chunks, "o": coll.out_chunks}
+
+    def seen(op: Op) -> tuple:          # an op as its sender sees it: the same for its images under rotation
+        return op.seen_from(op.src, slices, sizes, coll.nranks)[:-1]
     limit_tbs = min(target.max_tbs, options.sms) if options.sms else target.max_tbs
     # whatever the layout, a rank holds a threadblock per peer it sends to or receives from, whichever are more
     # (all on one channel; channels, segments and lanes only add): too many, and no segmenting can help
@@ -187,7 +192,7 @@ def _lower_all(schedule: Schedule, target: Target, options: LowerOptions, sym: t
             base = (base + 1) // 2
         if cuts and sym is not None:    # greedy parts, dealt rank by rank, need not be the same seen from every
             raise _Asymmetric("peers moved to channels of their own")      # rank: lower the whole schedule
-        moved, cuts = bool(cuts), cuts or {}
+        moved, cuts = bool(cuts), _Cuts(cuts or {})
         # connections cut at steps (channel c's part k on channel c + k x base x nseg): where a limit the
         # steps only approximate (options.fits) refuses a threadblock, the connections it uses are cut in
         # more parts, each on a channel of its own, before every threadblock is cut (the next nseg)
@@ -198,13 +203,12 @@ def _lower_all(schedule: Schedule, target: Target, options: LowerOptions, sym: t
                 return program
             stuck = _indivisible(over, all_ops, nseg, nsteps, base, lane_chan, cuts) if over else None
             if stuck is not None:
-                (src, dst), count, step = stuck
-                raise LimitError(f"{schedule.method} {schedule.collective.kind}: GPU {src}'s {count} transfers to GPU "
-                                 f"{dst}, all of step {step} on one lane, do not fit one threadblock of "
-                                 f"{target.name}, and neither a cut nor a step segment splits one step's transfers; "
-                                 "try fewer --instances or --chunks, or another --method")
+                (src, dst), _, step = stuck
+                raise LimitError(f"{schedule.method} {schedule.collective.kind}: GPU {src}'s transfer to GPU {dst} "
+                                 f"at step {step} does not fit a threadblock of {target.name} by itself; try fewer "
+                                 "--instances or --chunks, or another --method")
             if not over or not _cut_more(cuts, over, all_ops, nseg, nsteps, base, lane_chan, target,
-                                         None if sym is None else (sym[0], schedule.collective.nranks)):
+                                         None if sym is None else (sym[0], schedule.collective.nranks), seen):
                 break
         if moved:   # more segments only leave fewer channels for the peers (or none): refused now, not after all
             raise LimitError(f"{last_error}, once the peers one channel cannot hold have channels of their "
@@ -371,14 +375,31 @@ def _step_segment(step: int, nseg: int, nsteps: int) -> int:
     return min(nseg - 1, step * nseg // nsteps)
 
 
+# A cut point (step, k) of a connection: its ops from the k-th of that step on (in the order of
+# :attr:`_Cuts.within`) go to the next part. WHOLE puts every op in the next part (:func:`_peer_parts`).
+WHOLE = (-1, 0)
+
+
+class _Cuts(dict):
+    """(src, dst, channel) -> the sorted cut points of that connection (each ``(step, k)``, :data:`WHOLE`); an op
+    is in the part after every point at or before ``(its step, its place)``. ``within``: id(op) -> its place
+    among the ops of its connection at its step, by what the op looks like from its sender
+    (:meth:`colls.schedule.Op.seen_from`, which rotation keeps): set only for connections cut inside a step
+    (:func:`_cut_more`), every other op's place counts as 0, so a cut ``(step, 0)`` is one at the step."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.within: dict = {}
+
+
 def _peer_parts(all_ops: list, nseg: int, nsteps: int, base: int, lane_chan: dict,
                 target: Target) -> dict | None:
     """Connections moved whole to channels of their own where a rank has more send (receive) peers on one
     channel than the target's threadblocks with a peer per channel: a tree's root or a NIC's GPU that sends
     to a GPU on every other node (7 in its node and 31 across on 32 nodes of 8) cannot hold all of them on its
     lane's channel, whatever the threadblocks. Connection (src, dst) of channel c goes to part k, channel
-    c + k x base x nseg (the parts :func:`_cut_more` cuts by steps; ``cuts`` of k times -1 put every step in
-    part k): of the fewest parts that hold them, the one with the fewest peers on both its ends that has room
+    c + k x base x nseg (the parts :func:`_cut_more` cuts by steps; ``cuts`` of k times :data:`WHOLE` put every
+    op in part k): of the fewest parts that hold them, the one with the fewest peers on both its ends that has room
     for it, connections taken in order of (channel, src, dst). Empty where every channel fits; None where the
     parts the channels leave room for cannot hold the peers (the caller puts more lanes on a channel, or
     :func:`_check_peers` refuses the layout and says why)."""
@@ -401,19 +422,22 @@ def _peer_parts(all_ops: list, nseg: int, nsteps: int, base: int, lane_chan: dic
             used[(src, c, k, "s")] += 1
             used[(dst, c, k, "r")] += 1
             if k:
-                cuts[(src, dst, c)] = [-1] * k
+                cuts[(src, dst, c)] = [WHOLE] * k
         else:
             return cuts
     return None
 
 
-def _cut_more(cuts: dict, over: list, all_ops: list, nseg: int, nsteps: int, base: int, lane_chan: dict,
-              target: Target, sym: tuple | None = None) -> bool:
+def _cut_more(cuts: _Cuts, over: list, all_ops: list, nseg: int, nsteps: int, base: int, lane_chan: dict,
+              target: Target, sym: tuple | None = None, seen=None) -> bool:
     """Cut the connections the refused threadblocks ``over`` use (their receive and their send) in one
-    part more, at the quantiles of their ops' steps; False when that needs more channels than the target
-    has, or cuts nothing new (the caller then cuts every threadblock: more step segments). ``sym = (d, n)``:
+    part more, at the quantiles of their ops' steps; where those make no new cut (every op of the connection
+    at one step or two: a trees wave's), at the quantiles of the ops' places within their steps (``seen(op)``:
+    the order, :class:`_Cuts`); False when that needs more channels than the target has, or cuts nothing new
+    (the caller then cuts every threadblock: more step segments). ``sym = (d, n)``:
     ``over`` and ``all_ops`` are those of ranks ``0..d-1`` (:func:`lower_by_symmetry`), and each connection
-    cut is cut alike in its images under rotation by ``d`` of ``n`` ranks (a step keeps its number)."""
+    cut is cut alike in its images under rotation by ``d`` of ``n`` ranks (a step keeps its number, and an op
+    its place within it)."""
     width = base * nseg
     wanted = set()
     for gpu, _, chan, recv, send, _ in over:
@@ -422,33 +446,59 @@ def _cut_more(cuts: dict, over: list, all_ops: list, nseg: int, nsteps: int, bas
             wanted.add((recv, gpu, c))
         if send is not None and send >= 0:
             wanted.add((gpu, send, c))
-    steps: dict = defaultdict(list)
+    held: dict = defaultdict(list)
     for op in all_ops:
         if not op.local:
             key = (op.src, op.dst, lane_chan[op.lane] + _step_segment(op.step, nseg, nsteps))
             if key in wanted:
-                steps[key].append(op.step)
+                held[key].append(op)
     made = {}
-    for key, at in steps.items():
-        if cuts.get(key, [0])[0] == -1:     # moved whole by _peer_parts: its peers' channel stays
+    for key, ops in held.items():
+        if cuts.get(key, [None])[0] == WHOLE:   # moved whole by _peer_parts: its peers' channel stays
             continue
         parts = len(cuts.get(key, ())) + 2
         if parts * width > target.max_channels:
             return False
-        at.sort()
-        new = sorted({at[len(at) * i // parts] for i in range(1, parts)} - {at[0]})
         old = cuts.get(key, [])
-        if len(new) <= len(old):    # many ops of one step: quantiles that coincide cut in no more parts, and
-            new = sorted(set(old) | set(new))   # taken alone they undid the last cut, round and round
+        new = _more_points(old, sorted((op.step, 0) for op in ops), parts)
+        if new == old and seen is not None:     # one step holds them: cut inside it
+            _place(cuts, all_ops, {(op.src, op.dst) for op in ops}, seen)
+            new = _more_points(old, sorted((op.step, cuts.within[id(op)]) for op in ops), parts)
         if new != old:
             made[key] = new
     for key, new in made.items():       # after all: a key and its image may both be wanted
         cuts[key] = new
         if sym is not None:
             (d, n), (src, dst, c) = sym, key
-            for k in range(d, n, d):
-                cuts[(src + k) % n, (dst + k) % n, c] = new
+            images = [((src + k) % n, (dst + k) % n, c) for k in range(d, n, d)]
+            for image in images:
+                cuts[image] = new
+            if any(k for _, k in new):
+                _place(cuts, all_ops, {(a, b) for a, b, _ in images}, seen)
     return bool(made)
+
+
+def _more_points(old: list, at: list, parts: int) -> list:
+    """The cut points of a connection whose ops sit at the sorted keys ``at`` cut in ``parts`` parts: at their
+    quantiles, never before the first. The points only grow: many ops at one key make quantiles that coincide
+    and cut in no more parts, and taken alone they undid the last cut, round and round (0, 0, 2, 3, 3, 4 was
+    cut at 3, then at 2 and 3, then at 3 ...)."""
+    new = sorted({at[len(at) * i // parts] for i in range(1, parts)} - {at[0]})
+    if len(new) <= len(old):
+        new = sorted(set(old) | set(new))
+    return new
+
+
+def _place(cuts: _Cuts, all_ops: list, pairs: set, seen) -> None:
+    """Set ``cuts.within`` for the ops of the connections ``pairs`` (src, dst): each op's place among those of
+    its connection at its step, in the order of ``seen``."""
+    groups: dict = defaultdict(list)
+    for op in all_ops:
+        if not op.local and (op.src, op.dst) in pairs and id(op) not in cuts.within:
+            groups[(op.src, op.dst, op.step)].append(op)
+    for group in groups.values():
+        for k, op in enumerate(sorted(group, key=seen)):
+            cuts.within[id(op)] = k
 
 
 def _seg_part(op: Op, step: int, nseg: int, nsteps: int, lane_chan: dict, cuts: dict) -> tuple:
@@ -457,7 +507,7 @@ def _seg_part(op: Op, step: int, nseg: int, nsteps: int, lane_chan: dict, cuts: 
     if op.local or not cuts:
         return seg, 0
     at = cuts.get((op.src, op.dst, lane_chan[op.lane] + seg))
-    return seg, (bisect.bisect_right(at, step) if at else 0)
+    return seg, (bisect.bisect_right(at, (step, cuts.within.get(id(op), 0))) if at else 0)
 
 
 def _channel_before(op: Op, nseg: int, nsteps: int, base: int, lane_chan: dict, cuts: dict) -> int:
@@ -469,13 +519,10 @@ def _channel_before(op: Op, nseg: int, nsteps: int, base: int, lane_chan: dict, 
 
 def _indivisible(over: list, all_ops: list, nseg: int, nsteps: int, base: int, lane_chan: dict,
                  cuts: dict) -> tuple | None:
-    """A refused threadblock (of ``over``, as :func:`_lower_once` gives them) that only sends to, or only
-    receives from, one peer, every step of it a transfer of the same lane and step: ((src, dst), count, step),
-    or None. Cuts (:func:`_cut_more`) and step segments split a connection at step numbers, and a lane's
-    transfers of one step on one connection always share a channel, so they stay in one threadblock in every
-    layout the search tries (more lanes on a channel only add to it): it is refused in all of them (2.2 GB and
-    60 s of segments up to 256 channels on 4 x MI250's hier reducescatter for plans, 11 sends of step 0 from
-    GPU 0 to GPU 1, each about 6 of a plan threadblock's 64 ops)."""
+    """A refused threadblock (of ``over``, as :func:`_lower_once` gives them) that holds one transfer alone:
+    ((src, dst), 1, step), or None. Cuts (:func:`_cut_more`, at step numbers and within a step) and step segments
+    split a connection's transfers, never one transfer, so it is refused in every layout the search would try
+    (the search through them took 60 s and 2.2 GB once, when one step's transfers could not be split)."""
     held: dict = defaultdict(list)      # (src, dst, channel) -> (lane, step) of each transfer on it
     for op in all_ops:
         if not op.local:
@@ -486,7 +533,7 @@ def _indivisible(over: list, all_ops: list, nseg: int, nsteps: int, base: int, l
             continue
         pair = (gpu, send) if sends else (recv, gpu)
         ops = held.get(pair + (chan,), [])
-        if len(ops) == steps and len(set(ops)) == 1:
+        if len(ops) == steps == 1:
             return pair, steps, ops[0][1]
     return None
 

@@ -470,4 +470,23 @@ def test_cutting_a_connection_never_undoes_a_cut():
     while _cut_more(cuts, over, ops, 1, 5, 1, {0: 0}, TARGETS["exe"]):
         seen.append(list(cuts[0, 1, 0]))
         assert len(seen) <= 5
-    assert seen == [[3], [2, 3]]
+    assert seen == [[(3, 0)], [(2, 0), (3, 0)]]
+
+
+def test_a_connection_whose_ops_share_one_step_is_cut_inside_it():
+    """The trees of a wave share their steps, so a relay's 8 receives from one peer can all sit at one step: cut
+    at step numbers they stay in one threadblock, too long for a plan (8 x DGX A100's trees allreduce plan needed
+    49 threadblocks of the 48 its proof holds). They are cut by their places within the step, in an order
+    rotation keeps (what each op looks like from its sender), and every op finds its part by that place."""
+    from colls.lower import _Cuts, _cut_more, _seg_part
+    ops = [Op(6, 7, 0, "i", 10 + k, "o", 10 + k, 1, lane=0) for k in (5, 2, 7, 0, 3, 6, 1, 4)]
+    over = [(0, 0, 0, 7, -1, len(ops))]     # GPU 0's threadblock on channel 0 receiving from GPU 7
+    cuts = _Cuts()
+
+    def seen(op):
+        return op.seen_from(op.src, {}, {"i": 64, "o": 64}, 8)[:-1]
+    assert not _cut_more(_Cuts(), over, ops, 1, 8, 1, {0: 0}, TARGETS["exe"])     # by steps alone: no cut
+    assert _cut_more(cuts, over, ops, 1, 8, 1, {0: 0}, TARGETS["exe"], seen=seen)
+    assert cuts[7, 0, 0] == [(6, 4)]
+    parts = {op.src_index: _seg_part(op, op.step, 1, 8, {0: 0}, cuts)[1] for op in ops}
+    assert parts == {10 + k: int(k >= 4) for k in range(8)}         # by the order seen from GPU 7: offsets
