@@ -203,7 +203,7 @@ def _lower_all(schedule: Schedule, target: Target, options: LowerOptions, sym: t
                 return program
             stuck = _indivisible(over, all_ops, nseg, nsteps, base, lane_chan, cuts) if over else None
             if stuck is not None:
-                (src, dst), _, step = stuck
+                (src, dst), step = stuck
                 raise LimitError(f"{schedule.method} {schedule.collective.kind}: GPU {src}'s transfer to GPU {dst} "
                                  f"at step {step} does not fit a threadblock of {target.name} by itself; try fewer "
                                  "--instances or --chunks, or another --method")
@@ -520,21 +520,23 @@ def _channel_before(op: Op, nseg: int, nsteps: int, base: int, lane_chan: dict, 
 def _indivisible(over: list, all_ops: list, nseg: int, nsteps: int, base: int, lane_chan: dict,
                  cuts: dict) -> tuple | None:
     """A refused threadblock (of ``over``, as :func:`_lower_once` gives them) that holds one transfer alone:
-    ((src, dst), 1, step), or None. Cuts (:func:`_cut_more`, at step numbers and within a step) and step segments
+    ((src, dst), step), or None. Cuts (:func:`_cut_more`, at step numbers and within a step) and step segments
     split a connection's transfers, never one transfer, so it is refused in every layout the search would try
     (the search through them took 60 s and 2.2 GB once, when one step's transfers could not be split)."""
-    held: dict = defaultdict(list)      # (src, dst, channel) -> (lane, step) of each transfer on it
+    alone = [((gpu, send) if send is not None and send >= 0 else (recv, gpu)) + (chan,)
+             for gpu, _, chan, recv, send, steps in over
+             if steps == 1 and (send is not None and send >= 0) != (recv is not None and recv >= 0)]
+    if not alone:               # the usual case: nothing to look up among all the ops
+        return None
+    held: dict = {key: [] for key in alone}     # (src, dst, channel) of those -> the step of each transfer on it
     for op in all_ops:
         if not op.local:
-            held[(op.src, op.dst, _channel_before(op, nseg, nsteps, base, lane_chan, cuts))].append((op.lane, op.step))
-    for gpu, _, chan, recv, send, steps in over:
-        sends, recvs = send is not None and send >= 0, recv is not None and recv >= 0
-        if sends == recvs:
-            continue
-        pair = (gpu, send) if sends else (recv, gpu)
-        ops = held.get(pair + (chan,), [])
-        if len(ops) == steps == 1:
-            return pair, steps, ops[0][1]
+            key = (op.src, op.dst, _channel_before(op, nseg, nsteps, base, lane_chan, cuts))
+            if key in held:
+                held[key].append(op.step)
+    for key in alone:                           # in the order the threadblocks were refused
+        if len(held[key]) == 1:
+            return key[:2], held[key][0]
     return None
 
 
