@@ -73,6 +73,21 @@ def test_a_ring_takes_the_copies_that_fill_the_links():
     assert best / slow.time_us < 0.2 and best / fast.time_us > 0.85
 
 
+def test_a_file_of_in_place_calls_only_is_tuned_at_the_calls_it_serves():
+    """colls synth --inplace-only: the tuner timed every file at out-of-place calls, which such a file does not
+    serve, so none was compared and the file kept one copy: 1 x dgx-a100's ring allgather on 2 threadblocks, 11x
+    slower at 1 GB than the file of both calls at the same in-place calls."""
+    topo = load_topology("dgx-a100", 1)
+    coll = Collective("allgather", 8)
+    both = tune.compile_fastest(topo, coll, "ring", in_memory=True, prove=False)
+    inplace = tune.compile_fastest(topo, coll, "ring", mode="inplace", in_memory=True, prove=False)
+    assert not inplace.program.outofplace and inplace.facts["instances"] == both.facts["instances"] > 1
+    size = 1 << 30
+    t_in, _ = simulate(inplace.program, topo, "allgather", size, inplace=True)
+    t_both, _ = simulate(both.program, topo, "allgather", size, inplace=True)
+    assert t_in.time_us <= t_both.time_us * 1.01
+
+
 def test_a_ring_takes_copies_up_to_the_runtimes_own_threadblocks_when_faster_at_all():
     """On 1 x DGX-2 the reduce-scatter ring at 32 copies simulates 0.9 % faster at 256 MB and 1.4 % at 1 GB than
     at 16: under the 1 % a doubling must gain, so the default stopped at 16 and ran 1.4 % behind NCCL's ring
