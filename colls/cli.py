@@ -300,7 +300,10 @@ def hardware_import(path, output, name, gpu_model, sms, link_bandwidth):
 @click.option("--max-bytes", type=Whole(0, INT64_MAX), default=0, show_default=True,
               help="Largest call (bytes) this file is used for; 0 means no limit.")
 @click.option("--inplace-only", is_flag=True, help="Claim in-place calls only.")
-@click.option("--outofplace-only", is_flag=True, help="Claim out-of-place calls only.")
+@click.option("--outofplace-only", is_flag=True, help="Claim out-of-place calls only (alltoall's default).")
+@click.option("--inplace-and-outofplace", is_flag=True,
+              help="Claim both in-place and out-of-place calls (the default, but for alltoall: in place it stages "
+                   "blocks in scratch, which slows every call).")
 @click.option("--chunks", type=Whole(1, MAX_COPIES), default=None,
               help="Chunk factor: chunks per rank's share (a method may need more; default 1, and trees "
                    "and direct cut their schedule into as many chunks as simulate fastest).")
@@ -327,7 +330,7 @@ def hardware_import(path, output, name, gpu_model, sms, link_bandwidth):
                    "in --json.")
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON instead of one line.")
 def synth(hardware, nodes, collective, method, output, target, instances, proto, min_bytes, max_bytes,
-          inplace_only, outofplace_only, chunks, root, rings, trees_per_gpu, leaves, sketch_path, time_limit, gap,
+          inplace_only, outofplace_only, inplace_and_outofplace, chunks, root, rings, trees_per_gpu, leaves, sketch_path, time_limit, gap,
           max_threadblocks, quiet, simulate, as_json):
     """Synthesize a schedule, prove it, and write it as MSCCL XML (or, with --target mscclpp, as an MSCCL++
     JSON execution plan)."""
@@ -344,10 +347,13 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
         target = "exe"          # lowered as for the MSCCL executor (cut to fit a plan's ops), written as a plan
     if method not in METHODS:
         raise CollsError(f"expected one of {', '.join(sorted(METHODS))}, got {excerpt(method)}", key="--method")
-    if inplace_only and outofplace_only:
-        raise CollsError("choose at most one of --inplace-only and --outofplace-only",
-                         key="--inplace-only/--outofplace-only")
-    mode = "inplace" if inplace_only else "outofplace" if outofplace_only else "both"
+    calls = [key for key, given in (("--inplace-only", inplace_only), ("--outofplace-only", outofplace_only),
+                                    ("--inplace-and-outofplace", inplace_and_outofplace)) if given]
+    if len(calls) > 1:
+        raise CollsError(f"choose at most one of --inplace-only, --outofplace-only and --inplace-and-outofplace, "
+                         f"not {' and '.join(calls)}", key="/".join(calls))
+    mode = {"--inplace-only": "inplace", "--outofplace-only": "outofplace",
+            "--inplace-and-outofplace": "both"}[calls[0]] if calls else None
     files.check_output(output, "-o")
     _check_root_given([collective], root, collective)
     options = {}

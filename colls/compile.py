@@ -377,11 +377,12 @@ def _pairings(name: str, kind: str, options: dict) -> list:
 
 def _first(topology, coll, name, target, options, m: Method | None, make=tune.compile_fastest,
            in_memory: bool = False, prove: bool = True):
-    """The method's file (in-place and out-of-place, or out-of-place only), made by ``make``; None and
+    """The method's file (in-place and out-of-place, or out-of-place only: alltoall's default,
+    :func:`colls.pipeline.default_mode`, and any schedule refused in place), made by ``make``; None and
     ``m.refused`` set when it makes none. ``in_memory``: checked as built, not emitted (colls compile emits and
     proves again the files it writes, each with its byte range); ``prove``: False checks the target's rules,
     limits and deadlock freedom, not the result (:func:`colls.verify.verify`)."""
-    for mode in ("both", "outofplace"):
+    for mode in dict.fromkeys((pipeline.default_mode(coll.kind), "outofplace")):
         try:
             return make(topology, coll, name, target=target, mode=mode, options=options, instances=1,
                         tune_depth=False, in_memory=in_memory, prove=prove)

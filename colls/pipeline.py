@@ -37,6 +37,19 @@ from colls.runtimes import LOWERINGS, MAX_OFFSET, Target, get_target
 from colls.topology import Topology
 
 MODES = ("both", "inplace", "outofplace")
+
+
+def default_mode(kind: str) -> str:
+    """The calls a file claims when none are asked for: in-place and out-of-place ("both"), but out-of-place
+    only for alltoall. An alltoall in place must stage the blocks a rank receives before it has sent what its
+    output still holds (every method: :func:`colls.synth.direct.alltoall_ops`), and a file of both pays for
+    that scratch in every call: at 1 GB 0.96-0.99x NCCL's grouped sends on one node of dgx-a100, dgx-h100,
+    dgx2 and mi300x, where the file of out-of-place calls reaches them. Out-of-place is what alltoall calls are:
+    NCCL's own alltoall is grouped ncclSend/ncclRecv between two buffers (microsoft/msccl
+    src/collectives/all_to_all.cc and nccl-tests src/alltoall.cu give it a send and a receive buffer), and
+    NCCLX refuses sendbuff == recvbuff ("In-place ncclAllToAll is not supported"). An in-place call then runs
+    the runtime's own algorithm, as it would without the file."""
+    return "outofplace" if kind == "alltoall" else "both"
 # The older runtime selects a file for sizes in [minBytes, maxBytes); "no upper limit" (maxBytes 0 for
 # exe/rccl) is written for it as an explicit bound far above any message, as ForestColl writes it.
 OLD_NO_LIMIT = 1 << 40
@@ -98,6 +111,9 @@ class Compiled:
         if info.get("staged_blocks") and self.mode != "outofplace":
             line += (f"; {info['staged_blocks']} blocks a GPU wait in scratch for in-place calls and are copied out "
                      "after (--outofplace-only lands every block in the output at once)")
+        if self.mode == "outofplace" and f["collective"] == "alltoall":
+            line += ("; in-place calls run the runtime's own alltoall (--inplace-and-outofplace makes a file of "
+                     "both, which stages blocks in scratch)")
         if info.get("method") == "trees" and not (f.get("chunks_note") or f.get("count_note")):  # they say why
             line += f"; {info['k']} trees per GPU"
             if "trees_per_gpu_tried" not in f:
@@ -157,10 +173,12 @@ def milp_words(facts: dict) -> str | None:
 
 def compile_schedule(topology: Topology, collective: Collective, method: str, *, target: str = "exe",
                      instances: int = 1, proto: str = "Simple", min_bytes: int = 0, max_bytes: int = 0,
-                     mode: str = "both", options: dict | None = None,
+                     mode: str | None = None, options: dict | None = None,
                      progress: Callable[[str], None] | None = None, in_memory: bool = False,
                      prove: bool = True) -> Compiled:
     """Synthesize, lower, emit and prove one schedule. Raises CollsError when any stage refuses.
+
+    ``mode``: the calls the file claims (:data:`MODES`; default :func:`default_mode`).
 
     For ``trees`` without ``trees_per_gpu``, the optimal number of trees per GPU is tried first and,
     while the program exceeds the target's limits, the next smaller one; the facts then say what the
@@ -179,7 +197,7 @@ def compile_schedule(topology: Topology, collective: Collective, method: str, *,
     """
     with msccl.paused_gc():  # millions of acyclic objects: a third of a 128-rank ring's time
         return _compile(topology, collective, method, target, instances, proto, min_bytes, max_bytes,
-                        mode, options, _Progress(progress), in_memory, prove)
+                        mode or default_mode(collective.kind), options, _Progress(progress), in_memory, prove)
 
 
 class _Progress:
@@ -375,7 +393,8 @@ def _check_waited(topology: Topology, collective: Collective, method: str, tgt: 
         raise LimitError(f"{method} alltoall on {topology.name}: in place, GPU {n - 1} takes the blocks of its "
                          f"{peers} peers into scratch, one threadblock receiving from each, and copies them out on "
                          f"threadblocks that wait for those; {tgt.name} lets a step wait only on threadblocks 0 to "
-                         f"{most} (an int8_t dependentBid in msccl_struct.h); try --outofplace-only or fewer --nodes")
+                         f"{most} (an int8_t dependentBid in msccl_struct.h); try out-of-place calls only (alltoall's "
+                         "default) or fewer --nodes")
     if method == "direct" and collective.kind in ("reducescatter", "allreduce", "reduce") and n - 2 > most + 1:
         raise LimitError(f"direct {collective.kind} on {topology.name}: a rank adds the blocks of its {peers} peers "
                          f"one after another, each threadblock receiving from a peer waiting for the one before "

@@ -9,6 +9,7 @@ import pytest
 import shell
 from click.testing import CliRunner
 
+from colls import msccl
 from colls.cli import cli
 
 
@@ -55,6 +56,7 @@ def test_synth_json_reports_the_facts(tmp_path):
     ["--hardware", "dgx-a100", "--instances", "0"],
     ["--hardware", "dgx-a100", "--min-bytes", "10", "--max-bytes", "5"],
     ["--hardware", "dgx-a100", "--inplace-only", "--outofplace-only"],
+    ["--hardware", "dgx-a100", "--outofplace-only", "--inplace-and-outofplace"],
 ])
 def test_synth_bad_input(tmp_path, args):
     out = tmp_path / "x.xml"
@@ -216,13 +218,14 @@ def test_leaves_pins_the_trees_pairing(tmp_path):
     assert (tmp_path / "packed.xml").read_text() != (tmp_path / "paired.xml").read_text()
 
 
-@pytest.mark.parametrize("kind, words", [("alltoall", "--outofplace-only"), ("allreduce", "--method hier")])
-def test_a_request_beyond_the_threadblocks_a_step_can_wait_on_is_one_line_and_no_file(tmp_path, kind, words):
-    """32 x MI300X (256 GPUs): a direct alltoall in place and a direct allreduce need more threadblocks waited on
-    than a step can name (int8_t dependentBid): exit 2, one line naming the option and what to try, no file."""
+@pytest.mark.parametrize("kind, calls, words", [("alltoall", ["--inplace-and-outofplace"], "out-of-place calls only"),
+                                               ("allreduce", [], "--method hier")])
+def test_a_request_beyond_the_threadblocks_a_step_can_wait_on_is_one_line_and_no_file(tmp_path, kind, calls, words):
+    """32 x MI300X (256 GPUs): a direct alltoall in place too and a direct allreduce need more threadblocks waited
+    on than a step can name (int8_t dependentBid): exit 2, one line naming the option and what to try, no file."""
     out = tmp_path / "x.xml"
     rc, stdout, err = run("synth", "--hardware", "mi300x", "--nodes", "32", "--collective", kind, "--method",
-                          "direct", "-o", str(out))
+                          "direct", *calls, "-o", str(out))
     assert_bad_input(rc, stdout, err)
     assert "--method:" in err and "dependentBid" in err and words in err
     assert not out.exists() and list(tmp_path.iterdir()) == []
@@ -242,3 +245,22 @@ def test_a_plan_beyond_its_threadblocks_is_refused_in_one_line_before_synthesis(
     assert_bad_input(rc, stdout, err)
     assert words in err and "a plan of" in err and "try " in err
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_an_alltoall_claims_out_of_place_calls_unless_both_are_asked_for(tmp_path):
+    """In place, an alltoall stages blocks in scratch, which a file of both calls pays in every call (1 x dgx-a100
+    direct: 0.98x NCCL's grouped sends at 1 GB, 1.00x out-of-place only): synth's alltoall claims out-of-place calls
+    by default and says where in-place ones go; --inplace-and-outofplace asks for both. Other collectives keep both."""
+    files = {}
+    for name, kind, calls in (("a2a", "alltoall", []), ("both", "alltoall", ["--inplace-and-outofplace"]),
+                              ("ag", "allgather", [])):
+        path = tmp_path / f"{name}.xml"
+        rc, out, err = run("synth", "--hardware", "dgx-a100", "--collective", kind, "--method", "direct", *calls,
+                           "--no-simulate", "-o", str(path))
+        assert rc == 0, err
+        files[name] = (msccl.read(path.read_text()), out)
+    a2a, words = files["a2a"]
+    assert (a2a.inplace, a2a.outofplace) == (0, 1) and "in-place calls run the runtime's own alltoall" in words
+    for name in ("both", "ag"):
+        program, words = files[name]
+        assert (program.inplace, program.outofplace) == (1, 1) and "in-place and out-of-place" in words

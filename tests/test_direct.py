@@ -134,7 +134,7 @@ def test_alltoall_places_staged_blocks_side_by_side_and_fills_the_links():
     from colls.inputs.hardware import load_topology
     from colls.simulate import simulate
     topo = load_topology("dgx-a100", 1)
-    c = pipeline.compile_schedule(topo, Collective("alltoall", 8), "direct")
+    c = pipeline.compile_schedule(topo, Collective("alltoall", 8), "direct", mode="both")
     copies = {(op.src, op.lane) for op in c.schedule.ops if op.src == op.dst and op.src_buf == "s"}
     assert {lane for gpu, lane in copies if gpu == 7} == set(range(1, 8))      # GPU 7 stages 7 blocks
     size = 1 << 30
@@ -192,7 +192,8 @@ def test_an_alltoall_in_pieces_is_right_in_and_out_of_place(name):
     s.check()
     assert s.collective.chunks == 6 and {op.count for op in s.ops if not op.local or op.src_buf == "s"} == {1}
     assert s.info["depth"] == 3
-    assert pipeline.compile_schedule(topo, Collective("alltoall", n, 2), "direct", options={"depth": 3}).report.ok
+    assert pipeline.compile_schedule(topo, Collective("alltoall", n, 2), "direct", options={"depth": 3},
+                                     mode="both").report.ok
 
 
 def test_an_alltoall_in_pieces_ends_one_piece_after_its_transfers():
@@ -206,7 +207,7 @@ def test_an_alltoall_in_pieces_ends_one_piece_after_its_transfers():
     t = {}
     for depth in (1, 4):
         c = pipeline.compile_schedule(topo, Collective("alltoall", 8), "direct", options={"depth": depth},
-                                      instances=4, in_memory=True, prove=False)
+                                      instances=4, in_memory=True, prove=False, mode="both")
         t[depth] = simulate(c.program, topo, "alltoall", 64 << 20)[0].time_us
     assert t[4] < t[1] / 1.25, t
 
@@ -233,7 +234,7 @@ def test_an_out_of_place_alltoall_stages_nothing_and_keeps_up_with_the_runtimes_
     assert 'inplace="0"' in made.text and 'outofplace="1"' in made.text
     made.schedule.check(inplace=False)
     assert "wait in scratch" not in made.summary()
-    both = tune.compile_fastest(topo, coll, method, instances=1, tune_depth=False)
+    both = tune.compile_fastest(topo, coll, method, instances=1, tune_depth=False, mode="both")
     assert both.schedule.info["staged_blocks"] == 7                 # rank 7 receives every block before it sends
     assert "7 blocks a GPU wait in scratch for in-place calls" in both.summary()
 

@@ -46,7 +46,7 @@ def program(nodes, method, kind):
     key = (nodes, method, kind)
     if key not in _PROGRAMS:
         t = topo(nodes)
-        _PROGRAMS[key] = pipeline.compile_schedule(t, Collective(kind, t.ngpus), method).program
+        _PROGRAMS[key] = pipeline.compile_schedule(t, Collective(kind, t.ngpus), method, mode="both").program
     return _PROGRAMS[key]
 
 

@@ -26,11 +26,11 @@ def test_ring_verifies_for_exe_and_rccl_in_and_out_of_place(topology, kind):
     """The exe file loads in RCCL too, unless it has more threadblocks than RCCL's 64 (an alltoall's copies
     out of scratch take the threadblocks the GPU has): then the file made for rccl does."""
     coll = Collective(kind, topology.ngpus)
-    result = pipeline.compile_schedule(topology, coll, "ring")
+    result = pipeline.compile_schedule(topology, coll, "ring", mode="both")
     assert result.program.inplace == 1 and result.program.outofplace == 1
     for target in ("exe", "rccl"):
         if result.program.max_tbs() > TARGETS[target].max_tbs:
-            result = pipeline.compile_schedule(topology, coll, "ring", target=target)
+            result = pipeline.compile_schedule(topology, coll, "ring", target=target, mode="both")
         parsed, findings = msccl.parse(result.text, "<test>")
         report = verify.verify(parsed, TARGETS[target], sms=topology.min_sms(), findings=findings)
         assert report.ok, report.format()

@@ -230,12 +230,12 @@ def test_alltoall_copies_staged_blocks_on_lanes_of_their_own():
     from colls.inputs.hardware import load_topology
     from colls.simulate import simulate
     topo = load_topology("dgx-a100", 1)
-    c = pipeline.compile_schedule(topo, Collective("alltoall", 8), "ring")
+    c = pipeline.compile_schedule(topo, Collective("alltoall", 8), "ring", mode="both")
     copies = {(op.src, op.lane) for op in c.schedule.ops if op.src == op.dst and op.src_buf == "s"}
     staged = {gpu: {lane for g, lane in copies if g == gpu} for gpu in range(8)}
     assert max(len(lanes) for lanes in staged.values()) >= 6 and all(0 not in lanes for lanes in staged.values())
     t, _ = simulate(c.program, topo, "alltoall", 1 << 30)
-    d = pipeline.compile_schedule(topo, Collective("alltoall", 8), "direct")
+    d = pipeline.compile_schedule(topo, Collective("alltoall", 8), "direct", mode="both")
     assert t.time_us <= 1.05 * simulate(d.program, topo, "alltoall", 1 << 30)[0].time_us
 
 

@@ -198,7 +198,7 @@ def test_an_alltoall_in_place_beyond_the_threadblocks_a_step_can_wait_on_is_refu
     coll = Collective("alltoall", topo.ngpus)
     for method in ("direct", "ring"):
         with pytest.raises(LimitError, match=r"in place, GPU 255 takes the blocks of its 255 peers into scratch.*"
-                                             r"int8_t dependentBid.*try --outofplace-only"):
+                                             r"int8_t dependentBid.*try out-of-place calls only"):
             pipeline.check_limits(topo, coll, method, TARGETS["exe"])
         pipeline.check_limits(topo, coll, method, TARGETS["exe"], options={"inplace": False})
 
