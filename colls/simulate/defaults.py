@@ -58,7 +58,9 @@ reduce are colls' ring method with one ring per channel (:func:`nccl_program`). 
 point-to-point sends (:func:`_p2p_program`: every rank sends each peer its block straight, cut over the
 channels); on a fabric where some pair has no route (NDv2's hybrid
 cube mesh, where NCCL would go through PCIe and the host) it is colls' ring alltoall, which relays those
-pairs over NVLink.
+pairs over NVLink, out-of-place as NCCL's is (made for in-place calls too, it staged blocks in scratch that
+NCCL's sends never stage, and charged the runtime for them: 2 x MI250 at 16 MB 1,102 us against 641, at 1 GB
+44.8 ms against 33.7).
 
 *Tree.* NCCL's tree kernel (:func:`tree_machine`, ``runTreeSplit``): per channel a pair of trees, each on
 a block of its own (lane ``2c`` tree 0, lane ``2c + 1`` tree 1: NCCL's channels ``c`` and ``c + nChannels``),
@@ -178,8 +180,9 @@ def nccl_program(topology: Topology, collective: Collective, algorithm: str, *, 
                          if a != b)
             if routed:
                 return _p2p_program(topology, collective, channels, proto, tgt)
+            # out-of-place, as NCCL's alltoall (grouped sends between two buffers): no block staged in scratch
             return compile_schedule(topology, collective, "ring", instances=channels, proto=proto,
-                                    target=target, in_memory=True).program
+                                    target=target, in_memory=True, mode="outofplace").program
         return compile_schedule(topology, collective, "ring", options={"rings": channels}, proto=proto,
                                 target=target, in_memory=True).program
     except LimitError as e:
