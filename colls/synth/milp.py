@@ -68,9 +68,9 @@ in an alltoall): 2 x DGX-2 reduce-scatter 85.2 -> 76.8 us at 1 MB (objective 75.
 solved size they cost what they save there (one DGX-2's allreduce, 64 KB: 42.9 -> 49.5 us). What it
 leaves out: the receiving threadblocks' turns, and the copies of the file (``--instances``). At the solved size,
 the simulated time of the file as solved (one copy) over the objective, 2 nodes of every shipped profile:
-allgather 1.02-1.09x, reduce-scatter 1.00-1.13x, allreduce 1.02-1.11x, alltoall 1.00-1.21x (MI250's), 16 of the
-20 within 10 % (over: reduce-scatter on NDv2 1.132, allreduce on MI250 1.108, alltoall on NDv2 1.115 and MI250
-1.207; without the holds 15, DGX-2's reduce-scatter 1.127 and allreduce 1.097; without the FIFO: 0.99-1.07,
+allgather 1.02-1.09x, reduce-scatter 1.00-1.13x, allreduce 1.02-1.11x, alltoall (out-of-place) 1.00-1.29x
+(MI250's), 16 of the 20 within 10 % (over: reduce-scatter on NDv2 1.132, allreduce on MI250 1.108, alltoall on NDv2
+1.126 and MI250 1.285; in place too, the alltoalls were 1.115 and 1.207; without the holds 15, DGX-2's reduce-scatter 1.127 and allreduce 1.097; without the FIFO: 0.99-1.07,
 1.00-1.13, 0.93-1.15, 1.10-1.37, 13 of 20; any two at once and additions in the order the transfers start as
 well: 1.02-1.14, 1.17-1.27, 1.12-1.23, 1.12-1.38, 4 of 20; link time alone: 2.2-10.7x). Files at 1 MB, one copy, before the lanes and the arrival order -> with them
 -> with the FIFO too: reduce-scatter 2 x DGX A100 76.7 -> 68.3 -> 68.2 us, 2 x DGX H100 69.5 -> 60.0 -> 60.0, 2 x
