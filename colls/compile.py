@@ -714,8 +714,13 @@ def readme(plans, topology, target: str) -> str:
         for r in p.ranges:
             file = f"`{ALGORITHMS}/{r.file}`" if r.file else (r.note or "none")
             out.append(_readme_row(p, r, target, _winner_words(r, target), file))
-        if p.notes:
-            out += [""] + [f"Note: {n}" for n in p.notes]
+        notes = list(p.notes)
+        oop = [r.file for r in p.ranges if r.file and r.compiled.mode == "outofplace"]
+        if oop:
+            notes.append(f"{', '.join(f'`{ALGORITHMS}/{f}`' for f in oop)} claim{'s' if len(oop) == 1 else ''} "
+                         f"out-of-place calls only; an in-place call of those sizes runs {_own(target)} algorithm.")
+        if notes:
+            out += [""] + [f"Note: {n}" for n in notes]
         refused = [m for m in p.methods if m.refused]
         if refused:
             out += ["", "Methods that made no file: " + "; ".join(f"{m.name}: {m.refused}" for m in refused)]

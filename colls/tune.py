@@ -529,7 +529,7 @@ def own_channels(compiled, copies: int, packed: bool = False) -> bool:
     threadblocks counted as the lowering packs them when over the limit (:func:`colls.lower.fewest_packed`: a
     peer's send and receive on one; the copies then share the GPU's threadblocks but still have channels of
     their own): on 2 x mi250 the ring alltoall lays out 38 a GPU, and 2 copies pack into RCCL's 64 and run
-    1.4x faster at 1 GB."""
+    1.75x faster at 1 GB (out-of-place)."""
     made = compiled.facts["instances"]
     limit = min(compiled.target.max_tbs, compiled.topology.min_sms())
     blocks = lowering.fewest_packed(compiled.program) if packed else compiled.program.max_tbs()

@@ -409,6 +409,9 @@ def test_variants_are_checked_for_deadlocks_and_the_written_files_proved(small, 
     files = [r.compiled for r in plans[0].ranges if r.winner is not None]
     assert files and all(c.mode == "outofplace" and c.report.ok for c in files)
     assert all(c.report.facts["semantics_checked"] for c in files)
+    # the folder's README says where an in-place call of those sizes goes
+    assert "out-of-place calls only; an in-place call of those sizes runs NCCL's own algorithm" in \
+        comp.readme(plans, topo, "exe")
 
 
 def _trees_reducescatter_ranges(out, *sizes) -> list:
