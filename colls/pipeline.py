@@ -461,19 +461,23 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
         alt = plan_count(other)
         if alt is not None:
             tried.append((other, alt))
-    # rings on one node: more rings while the bandwidth model still grows (7 link-disjoint rings on 8 MI300X
-    # leave 56 chunks; 8 rings load 8 links twice, 32 rings carry 4 or 5 on each: 8 -> 32 rings is 293 -> 384
-    # GB/s). Planning rings on one node is cheap; on a cluster each doubling plans every GPU again.
+    # rings on one node: more rings while the bandwidth model does not fall, each count taken when it grows (7
+    # link-disjoint rings on 8 MI300X leave 56 chunks; 8 rings load 8 links twice, 32 rings carry 4 or 5 on each,
+    # 128 rings, sharing the 32 channels, 18 or 19: 8 -> 32 -> 128 rings is 293 -> 468 -> 493 GB/s algbw), up to a
+    # threadblock a ring. Planning rings on one node is cheap; on a cluster each doubling plans every GPU again.
     if method == "ring" and topology.nodes == 1 and tried:
         other, alt = max(tried, key=lambda x: x[0])
         rate = alt.model_algbw(topology)[0]
-        while other * 2 <= tgt.max_channels:
-            more = plan_count(other * 2)
+        more_rings = other
+        while more_rings * 2 <= min(tgt.max_tbs, topology.min_sms(), ring.MAX_SHARED_RINGS):
+            more_rings *= 2
+            more = plan_count(more_rings)
             more_rate = None if more is None else more.model_algbw(topology)[0]
-            if more_rate is None or more_rate <= rate:
+            if more_rate is None or more_rate < rate:
                 break
-            other, alt, rate = other * 2, more, more_rate
-            tried.append((other, alt))
+            if more_rate > rate:
+                other, alt, rate = more_rings, more, more_rate
+                tried.append((other, alt))
     tried.sort(key=lambda x: (-x[1].model_algbw(topology)[0], -x[1].info.get(info_key, 0)))
     best = None
     refused: dict = {}      # ring count -> (its rings, why the target refused them)

@@ -88,7 +88,13 @@ from colls.topology import NIC, Topology
 
 METHOD = "ring"
 MAX_RINGS = 8          # ring counts tried by default (or the number of NIC rails, if more)
-MAX_CHANNELS = 32      # the runtimes' channel limit: never more rings than this
+MAX_CHANNELS = 32      # the runtimes' channel limit: no default count of rings above it
+# Rings beyond the channels share them: a channel holds one threadblock per peer and direction at a rank, so rings
+# whose ranks send to (and receive from) other peers can run on one channel (the lowering lays them out, or
+# refuses): 8 MI300X, 7 link-disjoint rings, 128 rings on 32 channels load every link 19/128 of the data where 32
+# rings load some 5/32 (7 divides no power of two): reduce-scatter 283 -> 314 GB/s busbw at 1 GB, RCCL's ring
+# 301. At most one per threadblock a GPU runs (colls' --rings takes no more than this).
+MAX_SHARED_RINGS = 1024
 SEARCH_BUDGET = 100_000  # search nodes per best_tour level / pack_rings rate (a count, not a timer)
 CYCLE_LIMIT = 1000     # more Hamiltonian cycles than this: a dense graph, planned greedily
 
@@ -1048,7 +1054,8 @@ def fits(collective: Collective, rings: int, max_steps: int | None, max_channels
          max_tbs: int | None = None, max_remote_steps: int | None = None,
          max_relay_steps: int | None = None) -> bool:
     """Whether ``rings`` rings, each split into :func:`segments_needed` step segments, fit ``max_channels``
-    channels (true when no limits are given), and a rank's instructions of all of them fit ``max_tbs``
+    channels (true when no limits are given; rings of one segment share channels where their peers differ, at
+    most one for each of a rank's peers, :data:`MAX_SHARED_RINGS`), and a rank's instructions of all of them fit ``max_tbs``
     threadblocks (:func:`least_threadblocks`: of ``max_remote_steps``, default ``max_steps``, steps that send
     or receive, which every one of them is, and of ``max_relay_steps`` relays). A count that does not is
     refused by the loader whatever the lowering (copies only add channels and threadblocks; segments and the
@@ -1062,7 +1069,10 @@ def fits(collective: Collective, rings: int, max_steps: int | None, max_channels
         return False
     if not max_channels:
         return True
-    return rings * segments_needed(collective, rings, max_steps) <= max_channels
+    segments = segments_needed(collective, rings, max_steps)
+    if segments == 1:       # rings of one segment may share channels: each at most one ring per peer of a rank
+        return -(-rings // max(1, collective.nranks - 1)) <= max_channels
+    return rings * segments <= max_channels
 
 
 def synthesize(topology: Topology, collective: Collective, *, rings: int | None = None,
@@ -1092,8 +1102,8 @@ def synthesize(topology: Topology, collective: Collective, *, rings: int | None 
     if n != topology.ngpus:
         raise CollsError(f"{METHOD}: the collective has {n} ranks but {topology.name} has "
                          f"{topology.ngpus} GPUs")
-    if rings is not None and not (isinstance(rings, int) and 1 <= rings <= MAX_CHANNELS):
-        raise CollsError(f"must be an integer in 1..{MAX_CHANNELS}, got {rings!r}", key="rings")
+    if rings is not None and not (isinstance(rings, int) and 1 <= rings <= MAX_SHARED_RINGS):
+        raise CollsError(f"must be an integer in 1..{MAX_SHARED_RINGS}, got {rings!r}", key="rings")
     planner = _Planner(topology)
     if collective.kind == "alltoall":
         ring = planner.ring_sets([1])[1][0]
