@@ -465,6 +465,7 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
     # link-disjoint rings on 8 MI300X leave 56 chunks; 8 rings load 8 links twice, 32 rings carry 4 or 5 on each,
     # 128 rings, sharing the 32 channels, 18 or 19: 8 -> 32 -> 128 rings is 293 -> 468 -> 493 GB/s algbw), up to a
     # threadblock a ring. Planning rings on one node is cheap; on a cluster each doubling plans every GPU again.
+    fewer = None            # the count the last one grew from: colls.tune compares the two by simulated time
     if method == "ring" and topology.nodes == 1 and tried:
         other, alt = max(tried, key=lambda x: x[0])
         rate = alt.model_algbw(topology)[0]
@@ -476,6 +477,7 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
             if more_rate is None or more_rate < rate:
                 break
             if more_rate > rate:
+                fewer = other
                 other, alt, rate = more_rings, more, more_rate
                 tried.append((other, alt))
     tried.sort(key=lambda x: (-x[1].model_algbw(topology)[0], -x[1].info.get(info_key, 0)))
@@ -496,6 +498,8 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
                                             refused=refused))
     best.facts["chunks_note"] = (f"{best.schedule.info.get(info_key)} {words}, not {count}: {count} would leave "
                                  f"{ncpl} chunks per loop, which divide no power-of-two call")
+    if fewer is not None and best.schedule.info.get(info_key) > fewer:
+        best.facts["fewer_rings"] = fewer
     if method == "trees":
         best.facts["trees_per_gpu_tried"] = [count, best.schedule.info.get(info_key)]
     return best

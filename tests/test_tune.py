@@ -312,3 +312,22 @@ def test_trees_reductions_pair_their_leaves_where_that_simulates_faster():
     assert [o.get("pair_leaves") for o in comp._pairings("trees", "allreduce", {})] == [False, True]
     assert comp._pairings("trees", "allgather", {}) == [{}] and comp._pairings("ring", "reducescatter", {}) == [{}]
     assert comp._pairings("trees", "reduce", {"pair_leaves": True}) == [{"pair_leaves": True}]
+
+
+def test_a_ring_count_the_link_model_grew_to_is_kept_only_where_it_simulates_faster():
+    """8 NDv2, 6 rings (48 chunks a loop, no power-of-two call): the ring count doubles while the link model does
+    not fall, to 32. Against 8 rings with their copies (as many threadblocks), 32 win the allgather at 1 GB (113
+    against 104 GB/s busbw, NCCL's ring 104) and lose broadcast's 256 MB: each collective keeps the count that
+    simulates faster at 16 MB and 256 MB, and says so."""
+    topo = load_topology("ndv2", 1)
+    made = {kind: tune.compile_fastest(topo, Collective(kind, 8, root=0), "ring", in_memory=True, prove=False)
+            for kind in ("allgather", "broadcast")}
+    ag, bc = made["allgather"], made["broadcast"]
+    assert ag.schedule.info["rings"] == 32 and "32 rings: faster simulated at 16MB and 256MB than 8" in \
+        ag.facts["count_note"]
+    assert bc.schedule.info["rings"] == 8 and bc.facts["count_note"].startswith("8 rings: faster simulated")
+    size = 1 << 30
+    eight = tune.compile_fastest(topo, Collective("allgather", 8), "ring", options={"rings": 8}, in_memory=True,
+                                 prove=False)
+    assert simulate(ag.program, topo, "allgather", size)[0].time_us < \
+        simulate(eight.program, topo, "allgather", size)[0].time_us / 1.05
