@@ -461,7 +461,8 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
         alt = plan_count(other)
         if alt is not None:
             tried.append((other, alt))
-    # rings on one node: more rings while the bandwidth model does not fall, each count taken when it grows (7
+    # rings on one node: more rings while the bandwidth model does not fall (for one doubling at most without a
+    # gain: the counts of rings that load every link alike come every other doubling), each count taken when it grows (7
     # link-disjoint rings on 8 MI300X leave 56 chunks; 8 rings load 8 links twice, 32 rings carry 4 or 5 on each,
     # 128 rings, sharing the 32 channels, 18 or 19: 8 -> 32 -> 128 rings is 293 -> 468 -> 493 GB/s algbw), up to a
     # threadblock a ring. Planning rings on one node is cheap; on a cluster each doubling plans every GPU again.
@@ -474,8 +475,8 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
             more_rings *= 2
             more = plan_count(more_rings)
             more_rate = None if more is None else more.model_algbw(topology)[0]
-            if more_rate is None or more_rate < rate:
-                break
+            if more_rate is None or more_rate < rate or (more_rate == rate and more_rings >= 4 * other):
+                break       # falls, or two doublings without a gain (8 MI250: 16 and 32 rings, planned in 6 s)
             if more_rate > rate:
                 fewer = other
                 other, alt, rate = more_rings, more, more_rate
