@@ -1055,9 +1055,9 @@ def fits(collective: Collective, rings: int, max_steps: int | None, max_channels
          max_relay_steps: int | None = None) -> bool:
     """Whether ``rings`` rings, each split into :func:`segments_needed` step segments, fit ``max_channels``
     channels (true when no limits are given; rings of one segment share channels where their peers differ, at
-    most one for each of a rank's peers, :data:`MAX_SHARED_RINGS`), and a rank's instructions of all of them fit ``max_tbs``
-    threadblocks (:func:`least_threadblocks`: of ``max_remote_steps``, default ``max_steps``, steps that send
-    or receive, which every one of them is, and of ``max_relay_steps`` relays). A count that does not is
+    most one for each of a rank's peers, :data:`MAX_SHARED_RINGS`), and a rank's instructions of all of them
+    fit ``max_tbs`` threadblocks (:func:`least_threadblocks`: of ``max_remote_steps``, default ``max_steps``,
+    steps that send or receive, which every one of them is, and of ``max_relay_steps`` relays). A count that does not is
     refused by the loader whatever the lowering (copies only add channels and threadblocks; segments and the
     lowering's stores only add instructions). The threadblocks matter where they are few for the rank count: an
     MSCCL++ plan of 128 GPUs holds 24 a GPU (colls proves a plan of 3,072 in all) of at most 12 such steps and 8
