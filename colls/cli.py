@@ -145,12 +145,14 @@ def _progress_on_a_terminal():
     return _Progress(_terminal_lines())
 
 
-def _binding_option(check, chunks: int | None, instances: int | None, nodes: int) -> str:
-    """The option a refusal of ``check(chunk factor, copies)`` names: --chunks or --instances when the
-    request passes with that one back at 1, else --nodes on several nodes, else --method (one node of this
-    machine holds no such file whatever the options)."""
-    for key, trial in (("--chunks", (1, instances or 1)), ("--instances", (chunks or 1, 1))):
-        if trial != (chunks or 1, instances or 1):
+def _binding_option(check, chunks: int | None, instances: int | None, nodes: int, rings: int | None = None) -> str:
+    """The option a refusal of ``check(chunk factor, copies, rings)`` names: --chunks, --instances or --rings
+    when the request passes with that one back at 1 (the rings: at the method's own count), else --nodes on
+    several nodes, else --method (one node of this machine holds no such file whatever the options)."""
+    asked = (chunks or 1, instances or 1, rings)
+    for key, trial in (("--chunks", (1, instances or 1, rings)), ("--instances", (chunks or 1, 1, rings)),
+                       ("--rings", (chunks or 1, instances or 1, None))):
+        if trial != asked:
             try:
                 check(*trial)
             except CollsError:
@@ -387,13 +389,16 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
 
         where = f"{nodes} node{'s' if nodes != 1 else ''} of {excerpt(hardware)}"
 
-        def check(chunk_factor: int, copies: int) -> None:
+        def check(chunk_factor: int, copies: int, ring_count: int | None = rings) -> None:
+            opts = {k: v for k, v in options.items() if k != "rings"}
+            if ring_count is not None:
+                opts["rings"] = ring_count
             pipeline.check_rank_limits(Collective(collective, ngpus, chunks=chunk_factor), method, get_target(target),
-                                       copies, options, where=where, nodes=nodes)
+                                       copies, opts, where=where, nodes=nodes)
         try:
             check(chunks or 1, instances or 1)
         except CollsError as e:
-            raise type(e)(e.reason, key=_binding_option(check, chunks, instances, nodes)) from None
+            raise type(e)(e.reason, key=_binding_option(check, chunks, instances, nodes, rings)) from None
 
     topo = _load(hardware, nodes, precheck=precheck)
     root = root or 0

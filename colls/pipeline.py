@@ -240,11 +240,12 @@ def least_instructions(collective: Collective, method: str, instances: int = 1,
 
 
 def _hint(collective: Collective, tgt: Target, instances: int, steps: int, sms: int | None,
-          nodes: int | None = None) -> str:
+          nodes: int | None = None, rings: int | None = None) -> str:
     """What to try when a program is too big for ``tgt`` (``nodes``: the machine's, when known; one node
-    has no fewer to try)."""
+    has no fewer to try; ``rings``: the count asked for)."""
     old = get_target("old")
-    tries = ["fewer --chunks"] if collective.chunks > 1 else []
+    tries = ["fewer --rings"] if rings and rings > 1 else []
+    tries += ["fewer --chunks"] if collective.chunks > 1 else []
     tries += ["fewer --instances"] if instances > 1 else []
     tries += ["fewer --nodes"] if nodes != 1 else []
     # a plan's proof budget (tbs_why) binds whatever XML target: no other one to suggest
@@ -262,7 +263,8 @@ def check_rank_limits(collective: Collective, method: str, tgt: Target, instance
     says fewer nodes only where there are several)."""
     n = collective.nranks
     where = where or f"{n} ranks"
-    steps = max(least, least_instructions(collective, method, instances, (options or {}).get("rings")))
+    rings = (options or {}).get("rings")
+    steps = max(least, least_instructions(collective, method, instances, rings))
     buffer = max(collective.in_chunks, collective.out_chunks) * instances
     if buffer - 1 - (tgt.max_cnt - 2) > MAX_OFFSET:  # the last chunk's step starts there
         raise LimitError(f"{collective.kind} of {n} ranks at chunk factor {collective.chunks * instances} "
@@ -276,7 +278,7 @@ def check_rank_limits(collective: Collective, method: str, tgt: Target, instance
                 f"{method} {collective.kind} on {where}: each rank's loader would parse at least "
                 f"{elements} XML elements (1 algo + {n} gpu elements + at least {max(1, tbs)} "
                 f"threadblocks and {steps} steps of its own); {tgt.name} stops at {tgt.max_elements} "
-                f"(MSCCL_MAX_NODES); try {_hint(collective, tgt, instances, steps, sms, nodes)}")
+                f"(MSCCL_MAX_NODES); try {_hint(collective, tgt, instances, steps, sms, nodes, rings)}")
     if tgt.max_children is not None and n > tgt.max_children:
         # msccl_parser.h: struct mscclXmlNode holds subs[MSCCL_MAX_SUBS], MSCCL_MAX_SUBS = 1024, and the
         # parser adds children without a check: an <algo> of more <gpu> elements overruns it
@@ -288,10 +290,10 @@ def check_rank_limits(collective: Collective, method: str, tgt: Target, instance
         raise LimitError(f"{method} {collective.kind} on {where}: a rank needs at least {steps} steps, more "
                          f"than {tgt.max_tbs} threadblocks of {tgt.max_steps} steps hold "
                          f"({tgt.name}{', ' + tgt.tbs_why if tgt.tbs_why else ''}); try "
-                         f"{_hint(collective, tgt, instances, steps, sms, nodes)}")
+                         f"{_hint(collective, tgt, instances, steps, sms, nodes, rings)}")
     if method == "ring" and collective.kind != "alltoall" and n > 1:
         _check_ring_channels(collective, tgt, (options or {}).get("rings"), where,
-                             _hint(collective, tgt, instances, steps, sms, nodes))
+                             _hint(collective, tgt, instances, steps, sms, nodes, rings))
     synth.check_size(method, collective, where, tgt)    # within what the runtime loads, the method's own reach
     return steps
 
@@ -351,7 +353,7 @@ def check_limits(topology: Topology, collective: Collective, method: str, tgt: T
         least = hier.least_steps(topology, collective, instances)
     steps = check_rank_limits(collective, method, tgt, instances, options, topology.name, topology.min_sms(),
                               least, topology.nodes)
-    hint = _hint(collective, tgt, instances, steps, topology.min_sms(), topology.nodes)
+    hint = _hint(collective, tgt, instances, steps, topology.min_sms(), topology.nodes, (options or {}).get("rings"))
     limit_tbs = min(tgt.max_tbs, topology.min_sms())
     peers = 0
     if method == "direct":  # every pair, or the method refuses

@@ -214,6 +214,9 @@ CASES = [
     (SYNTH + ["--proto", "LLX"], "--proto"),
     (SYNTH + ["--target", "nccl"], "--target"),
     (SYNTH + ["--inplace-only", "--outofplace-only"], "--inplace-only"),
+    (SYNTH + ["--outofplace-only", "--inplace-and-outofplace"], "--outofplace-only"),
+    (["synth", "--hardware", "dgx-a100", "--nodes", "16", "--collective", "allgather", "--method", "ring",
+      "--rings", "256", "-o", "x.xml"], "--rings"),
     (SYNTH + ["--bogus"], "--bogus"),
     (SYNTH[:-2], "-o"),
     # profiles (through synth, hardware show and bound)
