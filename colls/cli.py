@@ -390,11 +390,8 @@ def synth(hardware, nodes, collective, method, output, target, instances, proto,
         where = f"{nodes} node{'s' if nodes != 1 else ''} of {excerpt(hardware)}"
 
         def check(chunk_factor: int, copies: int, ring_count: int | None = rings) -> None:
-            opts = {k: v for k, v in options.items() if k != "rings"}
-            if ring_count is not None:
-                opts["rings"] = ring_count
             pipeline.check_rank_limits(Collective(collective, ngpus, chunks=chunk_factor), method, get_target(target),
-                                       copies, opts, where=where, nodes=nodes)
+                                       copies, dict(options, rings=ring_count), where=where, nodes=nodes)
         try:
             check(chunks or 1, instances or 1)
         except CollsError as e:

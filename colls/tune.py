@@ -169,10 +169,10 @@ def _fewer_rings(chosen, facts: dict, score, fewer: int, topology, collective, m
         other = pipeline.compile_schedule(topology, collective, method, options=opts, **unproved)
     except CollsError:
         return chosen, facts, score
-    other, o_facts, o_score = _grown(other, topology, collective, method, opts, unproved, fits, None, None, None,
-                                     **grow)
+    if fits is not None and not fits(other):    # not a plan's: nothing to compare
+        return chosen, facts, score
     mine = score if score is not None else _score(_timer(chosen, topology))
-    theirs = o_score if o_score is not None else _score(_timer(other, topology))
+    other, o_facts, theirs = _grown_rival(other, opts, mine, topology, collective, method, unproved, fits, grow)
     rings = chosen.schedule.info["rings"]
     sizes = " and ".join(size_text(s) for s in SIZES)
     if theirs is None or (mine is not None and mine <= theirs):
@@ -182,6 +182,17 @@ def _fewer_rings(chosen, facts: dict, score, fewer: int, topology, collective, m
     o_facts["count_note"] = (f"{fewer} rings: faster simulated at {sizes}, with {other.facts['instances']} copies, "
                              f"than the {rings} the link model grew to")
     return other, o_facts, theirs
+
+
+def _grown_rival(rival, opts: dict, beat: float | None, topology, collective, method, unproved: dict, fits,
+                 grow: dict) -> tuple:
+    """``rival`` (the other file a choice compares, made with ``opts``, which ``fits`` takes) with its copies and
+    depth chosen as the file it is compared with had them (``grow``), and its score at :data:`SIZES` (None where
+    it cannot be below ``beat``, :func:`_score`): (file, facts, score)."""
+    rival, facts, score = _grown(rival, topology, collective, method, opts, unproved, fits, None, None, None, **grow)
+    if score is None:
+        score = _score(_timer(rival, topology), beat)
+    return rival, facts, score
 
 
 def _paired_or_not(grown, facts: dict, score, topology, collective, method, options: dict, unproved: dict, fits,
@@ -206,10 +217,7 @@ def _paired_or_not(grown, facts: dict, score, topology, collective, method, opti
         score = _score(_timer(grown, topology))
     if score is None:                   # not run by the runtime at the sizes compared: nothing to compare
         return grown, facts
-    paired, more, p_score = _grown(paired, topology, collective, method, opts, unproved, fits, None, None, None,
-                                   **grow)
-    if p_score is None:
-        p_score = _score(_timer(paired, topology), score)
+    paired, more, p_score = _grown_rival(paired, opts, score, topology, collective, method, unproved, fits, grow)
     tuned = {"pairing_tuned": {"sizes": [size_text(s) for s in SIZES], "leaves_paired": moved,
                                "geomean_us": {"as packed": round(score, 3),
                                               "leaves paired": None if p_score is None else round(p_score, 3)}}}
