@@ -69,6 +69,7 @@ class Compiled:
     facts: dict = field(default_factory=dict)
     base: Schedule | None = None       # the schedule before --instances copies (see :func:`relower`)
     method: str = ""
+    fewer_rings: int | None = None     # the ring count the link model grew this one's from (colls.tune._fewer_rings)
 
     def summary(self) -> str:
         f = self.facts
@@ -502,7 +503,7 @@ def _compile(topology, collective, method, target, instances, proto, min_bytes, 
     best.facts["chunks_note"] = (f"{best.schedule.info.get(info_key)} {words}, not {count}: {count} would leave "
                                  f"{ncpl} chunks per loop, which divide no power-of-two call")
     if fewer is not None and best.schedule.info.get(info_key) > fewer:
-        best.facts["fewer_rings"] = fewer
+        best.fewer_rings = fewer
     if method == "trees":
         best.facts["trees_per_gpu_tried"] = [count, best.schedule.info.get(info_key)]
     return best

@@ -60,7 +60,7 @@ def compile_fastest(topology, collective, method: str, *, options: dict | None =
         facts, score, timer, times = {}, None, None, None
     grows = fits is None or fits(chosen)    # copies, depth and pairs only add to its threadblocks: none would fit
     grow = dict(copies=instances is None and grows, deepen=deepen and grows)
-    fewer = chosen.facts.get("fewer_rings") if method == "ring" and "rings" not in options else None
+    fewer = chosen.fewer_rings if method == "ring" and "rings" not in options else None
     chosen, grown, score = _grown(chosen, topology, collective, method, options, unproved, fits, score, timer,
                                   times, **grow)
     if fewer and grows:
