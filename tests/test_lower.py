@@ -381,6 +381,34 @@ def test_a_layout_that_fails_with_its_peers_moved_is_refused_at_once(monkeypatch
     assert len(tried) == 1
 
 
+def test_peers_dealt_to_channels_of_their_own_are_dealt_alike_from_every_rank():
+    """A direct alltoall on 5 x dgx-a100 (40 GPUs, out-of-place): 39 peers a rank, more than exe's 32 a channel,
+    so connections go to a second channel. Dealt rank by rank, the parts were not the same seen from every rank
+    and the lowering by symmetry gave up (the whole schedule lowered, simulated as nearly as many threadblock
+    classes as threadblocks); dealt as classes under the schedule's rotation, ranks 0-7 stand for all. A
+    connection and its reverse share a part, so a peer's send and receive can still share a threadblock."""
+    from colls.inputs.hardware import load_topology
+    from colls.lower import lower_by_symmetry
+    from colls.synth import get_method
+    topo = load_topology("dgx-a100", nodes=5)
+    schedule = get_method("direct")(topo, Collective("alltoall", topo.ngpus), inplace=False)
+    options = LowerOptions(sms=topo.min_sms(), shape=topo.node_major(), inplace=False)
+    program = lower_by_symmetry(schedule, TARGETS["exe"], options)
+    assert program is not None and program.nchannels == 2
+    sent, received = defaultdict(set), defaultdict(set)     # (rank, peer) -> the channels of the connection
+    for g in program.gpus:
+        for tb in g.tbs:
+            if tb.send >= 0:
+                sent[g.id, tb.send].add(tb.chan)
+            if tb.recv >= 0:
+                received[g.id, tb.recv].add(tb.chan)
+    assert len(sent) == 40 * 39 and all(len(c) == 1 for c in sent.values())
+    assert all(sent[a, b] == received[a, b] == sent[b, a] for a, b in sent)
+    for offset in range(1, 40):     # the schedule is the same rotated by one rank: so are its parts
+        assert len({c for r in range(40) for c in sent[r, (r + offset) % 40]}) == 1
+    check(program)
+
+
 def test_threadblocks_beyond_sms_pack_a_peers_sends_and_receives():
     """Every rank of a 6-rank direct reduce-scatter has a threadblock receiving from each peer and one sending to
     it, 11 with its copy. With 8 SMs the lowering packs the receiving and sending threadblocks of as many peers
