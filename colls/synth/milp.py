@@ -49,10 +49,15 @@ lowering's two threadblocks, each holding one for its fixed cost and its copy (`
 on the reversed machine of a reduction a rank's transfers of one chunk start a copy's time apart
 (``Problem.fan``: in real time they are the partial sums it adds one after another, into one buffer). The
 lowering puts a pair's transfers on a lane by their hop's parity (:func:`_lanes`): those that leave a chunk's
-source on one, those a relay forwards on the other, a third hop on the first's again. So while no pair can carry
+source on one, those a relay forwards on the other, a third hop on the first's again. So while no pair carries
 more transfers than a lane holds (``Problem.lane_ops``), each of the two classes runs one transfer at a time
 (every candidate is on a hop-shortest path, so a transfer's hop, and its class, is fixed by where it leaves:
-``milp_model._hop_parity``); beyond that, any two at once. Modelled as any two at once everywhere, two transfers
+``milp_model._hop_parity``). Where a pair's candidates are more than a lane holds, the model holds each pair to
+that many transfers, when its greedy start shows a schedule that keeps them there; else (2 x NDv2's alltoall,
+whose pairs across the nodes carry up to 128) any two of a pair's transfers at once, as the lowering's further
+lanes may run them. Before, any candidates over a lane's meant any two at once, which the file, whose pairs
+carried at most 20, did not do: 2 x MI250's alltoall at 1 MB simulated 142.2 us against an objective of 110.6;
+now 129.7 against 129.7 (and solved in 43 s instead of 80). Modelled as any two at once everywhere, two transfers
 out of a source to one peer could overlap in the model and ran one after the other in the file: a relay's partial
 sum reached the GPU that adds it 9 us after the solution said (2 x DGX A100 reduce-scatter at 1 MB), and every
 later addition in that GPU's chain waited. A lane's connection holds the runtime's FIFO of two messages
@@ -68,9 +73,10 @@ in an alltoall): 2 x DGX-2 reduce-scatter 85.2 -> 76.8 us at 1 MB (objective 75.
 solved size they cost what they save there (one DGX-2's allreduce, 64 KB: 42.9 -> 49.5 us). What it
 leaves out: the receiving threadblocks' turns, and the copies of the file (``--instances``). At the solved size,
 the simulated time of the file as solved (one copy) over the objective, 2 nodes of every shipped profile:
-allgather 1.02-1.09x, reduce-scatter 1.00-1.13x, allreduce 1.02-1.11x, alltoall (out-of-place) 1.00-1.29x
-(MI250's), 16 of the 20 within 10 % (over: reduce-scatter on NDv2 1.132, allreduce on MI250 1.108, alltoall on NDv2
-1.126 and MI250 1.285; in place too, the alltoalls were 1.115 and 1.207; without the holds 15, DGX-2's reduce-scatter 1.127 and allreduce 1.097; without the FIFO: 0.99-1.07,
+allgather 1.02-1.09x, reduce-scatter 1.00-1.13x, allreduce 1.02-1.11x, alltoall (out-of-place) 1.00-1.13x, 17 of
+the 20 within 10 % (over: reduce-scatter on NDv2 1.133, allreduce on MI250 1.108, alltoall on NDv2 1.126; with
+any two of a pair's transfers at once wherever its candidates were more than a lane's, MI250's alltoall was
+1.285, and in place the alltoalls of NDv2 and MI250 were 1.115 and 1.207; without the holds 15, DGX-2's reduce-scatter 1.127 and allreduce 1.097; without the FIFO: 0.99-1.07,
 1.00-1.13, 0.93-1.15, 1.10-1.37, 13 of 20; any two at once and additions in the order the transfers start as
 well: 1.02-1.14, 1.17-1.27, 1.12-1.23, 1.12-1.38, 4 of 20; link time alone: 2.2-10.7x). Files at 1 MB, one copy, before the lanes and the arrival order -> with them
 -> with the FIFO too: reduce-scatter 2 x DGX A100 76.7 -> 68.3 -> 68.2 us, 2 x DGX H100 69.5 -> 60.0 -> 60.0, 2 x

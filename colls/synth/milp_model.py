@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from itertools import starmap
 
@@ -367,15 +367,22 @@ def solve(problem: Problem, settings: Settings) -> Solution:
         notes.append(f"symmetry: {len(group)} symmetric copies of every decision"
                      + (" (routes and times)" if shared else
                         " share their routes (not their times: their transfers would share links)"))
-    # one lane per class of a pair's transfers (Problem.lane_ops) while no pair can carry more than a lane holds
+    # one lane per class of a pair's transfers (Problem.lane_ops) while no pair carries more than a lane holds:
+    # where its candidates could, the pairs are held to a lane's transfers (``capped``), when the greedy start
+    # shows that some schedule keeps them there (else any two of a pair's transfers at once, as the lowering's
+    # extra lanes may run them)
     carried: dict = defaultdict(int)
     for members in cands.values():
         for (u, v) in members:
             carried[frozenset((u, v))] += 1
-    classes = bool(problem.pair_lanes and problem.lane_ops and not problem.any_path
-                   and max(carried.values(), default=0) <= problem.lane_ops)
+    classes = bool(problem.pair_lanes and problem.lane_ops and not problem.any_path)
     parity = _hop_parity(problem, cands) if classes else None
     hint = greedy(problem, cands, orbits, shared, parity)
+    capped = classes and max(carried.values(), default=0) > problem.lane_ops
+    if capped and max(Counter(frozenset((u, v)) for (_, u, v) in hint).values()) > problem.lane_ops:
+        classes = capped = False
+        parity = None
+        hint = greedy(problem, cands, orbits, shared, parity)
     greedy_makespan = max(s + conns[u, v].alpha + conns[u, v].beta for (c, u, v), s in hint.items())
     ordering = problem.own_chunks_first and settings.ordering
     horizon = greedy_makespan if not ordering else \
@@ -450,6 +457,17 @@ def solve(problem: Problem, settings: Settings) -> Solution:
             m.add(T >= arrive[c, d])
     if ordering:
         _own_first(m, problem, x, start)
+    if capped:              # no GPU pair carries more transfers than a lane holds (both ways: milp._lanes)
+        pairs: dict = defaultdict(list)
+        for key, lit in x.items():
+            pairs[frozenset(key[1:])].append(lit)
+        stated: set = set()
+        for pair in sorted(pairs, key=sorted):
+            lits = pairs[pair]
+            sig = tuple(sorted(lit.index for lit in lits))
+            if len(lits) > problem.lane_ops and sig not in stated:
+                stated.add(sig)
+                m.add(sum(lits) <= problem.lane_ops)
     if problem.pair_lanes:  # a GPU pair's transfers share its threadblocks (one per class of them: ``classes``)
         lanes: dict = defaultdict(list)
         for key, s in start.items():
