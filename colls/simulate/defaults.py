@@ -57,9 +57,13 @@ model, runs both on one.) Broadcast and
 reduce are colls' ring method with one ring per channel (:func:`nccl_program`). Alltoall is grouped
 point-to-point sends (:func:`_p2p_program`: every rank sends each peer its block straight, cut over the
 channels); on a fabric where some pair has no route (NDv2's hybrid
-cube mesh, where NCCL would go through PCIe and the host) it is colls' ring alltoall, which relays those
-pairs over NVLink, out-of-place as NCCL's is (made for in-place calls too, it staged blocks in scratch that
-NCCL's sends never stage, and charged the runtime for them: 2 x MI250 at 16 MB 1,102 us against 641, at 1 GB
+cube mesh, MI250's GCDs) it is colls' ring alltoall, which relays those pairs over NVLink, out-of-place as
+NCCL's is. NCCL too crosses two NVLinks there: a pair whose path goes through another GPU
+(``ncclTopoCheckP2p`` gives an ``intermediateRank``) gets a P2P connection whose buffers live on that GPU,
+written by the sender and read by the receiver ("via P2P/indirect", NVIDIA/nccl src/transport/p2p.cc,
+``p2pSendSetup``/``p2pRecvSetup``); unlike the model it spends no threadblock on the GPU in between and takes
+the path's GPU, not the least loaded one. (Made for in-place calls too, the model staged blocks in scratch
+that NCCL's sends never stage, and charged the runtime for them: 2 x MI250 at 16 MB 1,102 us against 641, at 1 GB
 44.8 ms against 33.7).
 
 *Tree.* NCCL's tree kernel (:func:`tree_machine`, ``runTreeSplit``): per channel a pair of trees, each on
