@@ -381,17 +381,22 @@ def test_a_layout_that_fails_with_its_peers_moved_is_refused_at_once(monkeypatch
     assert len(tried) == 1
 
 
-def test_peers_dealt_to_channels_of_their_own_are_dealt_alike_from_every_rank():
-    """A direct alltoall on 5 x dgx-a100 (40 GPUs, out-of-place): 39 peers a rank, more than exe's 32 a channel,
-    so connections go to a second channel. Dealt rank by rank, the parts were not the same seen from every rank
-    and the lowering by symmetry gave up (the whole schedule lowered, simulated as nearly as many threadblock
-    classes as threadblocks); dealt as classes under the schedule's rotation, ranks 0-7 stand for all. A
-    connection and its reverse share a part, so a peer's send and receive can still share a threadblock."""
+@pytest.mark.parametrize("profile, nodes, method", [("dgx-a100", 5, "direct"), ("mi250", 3, "ring")])
+def test_peers_dealt_to_channels_of_their_own_are_dealt_alike_from_every_rank(profile, nodes, method):
+    """An out-of-place alltoall on 5 x dgx-a100 (direct: 40 GPUs, the same rotated by one rank) and on 3 x mi250
+    (ring, relaying the GCD pairs with no link: 48 GCDs, the same rotated by one node of 16): 39 and 47 peers a
+    rank, more than exe's 32 a channel, so connections go to a second channel. Dealt rank by rank, the parts were
+    not the same seen from every rank and the lowering by symmetry gave up (the whole schedule lowered, simulated
+    as nearly as many threadblock classes as threadblocks); dealt as classes under the schedule's rotation, the
+    ranks of one orbit stand for all. A connection and its reverse share a part, so a peer's send and receive can
+    still share a threadblock."""
     from colls.inputs.hardware import load_topology
     from colls.lower import lower_by_symmetry
     from colls.synth import get_method
-    topo = load_topology("dgx-a100", nodes=5)
-    schedule = get_method("direct")(topo, Collective("alltoall", topo.ngpus), inplace=False)
+    topo = load_topology(profile, nodes=nodes)
+    n = topo.ngpus
+    schedule = get_method(method)(topo, Collective("alltoall", n), inplace=False)
+    d = schedule.rotation()[0]
     options = LowerOptions(sms=topo.min_sms(), shape=topo.node_major(), inplace=False)
     program = lower_by_symmetry(schedule, TARGETS["exe"], options)
     assert program is not None and program.nchannels == 2
@@ -402,10 +407,11 @@ def test_peers_dealt_to_channels_of_their_own_are_dealt_alike_from_every_rank():
                 sent[g.id, tb.send].add(tb.chan)
             if tb.recv >= 0:
                 received[g.id, tb.recv].add(tb.chan)
-    assert len(sent) == 40 * 39 and all(len(c) == 1 for c in sent.values())
+    assert all(len(c) == 1 for c in sent.values())
     assert all(sent[a, b] == received[a, b] == sent[b, a] for a, b in sent)
-    for offset in range(1, 40):     # the schedule is the same rotated by one rank: so are its parts
-        assert len({c for r in range(40) for c in sent[r, (r + offset) % 40]}) == 1
+    for (a, b), chans in sent.items():     # rotated by the schedule's d ranks, a connection keeps its channel
+        assert sent[(a + d) % n, (b + d) % n] == chans
+    assert len({c for chans in sent.values() for c in chans}) == 2
     check(program)
 
 
