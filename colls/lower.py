@@ -454,10 +454,9 @@ def _peer_parts(all_ops: list, nseg: int, nsteps: int, base: int, lane_chan: dic
                 used[(r, c, k, w)] += m
             for x in units[key]:
                 part[x] = k
-        else:
-            full = conns if d == n else {(c, (src + k) % n, (dst + k) % n) for c, src, dst in conns
-                                         for k in range(0, n, d)}
-            return {(src, dst, c): [WHOLE] * k for c, src, dst in full if (k := part[rep(c, src, dst)])}
+        else:       # every class's images (rotation maps the schedule's connections onto themselves)
+            return {((a + k) % n, (b + k) % n, c): [WHOLE] * p for (c, a, b), p in part.items() if p
+                    for k in range(0, n, d)}
     return None
 
 

@@ -293,7 +293,7 @@ def check_rank_limits(collective: Collective, method: str, tgt: Target, instance
                          f"({tgt.name}{', ' + tgt.tbs_why if tgt.tbs_why else ''}); try "
                          f"{_hint(collective, tgt, instances, steps, sms, nodes, rings)}")
     if method == "ring" and collective.kind != "alltoall" and n > 1:
-        _check_ring_channels(collective, tgt, (options or {}).get("rings"), where,
+        _check_ring_channels(collective, tgt, rings, where,
                              _hint(collective, tgt, instances, steps, sms, nodes, rings))
     synth.check_size(method, collective, where, tgt)    # within what the runtime loads, the method's own reach
     return steps
