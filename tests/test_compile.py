@@ -441,12 +441,13 @@ def test_the_largest_calls_get_a_file_deeper_than_the_middle_ones(tmp_path):
     """The depth compile's trees take is chosen at 16 and 256 MB; at 1 GB a chunk of that file is larger than the
     runtime's 2 MB slice, so its messages and its pipeline's fill are as at one chunk a tree. compile makes the
     file deeper again at its largest size (colls.compile._deeper): on 2 x DGX A100 the reduce-scatter's 1 GB
-    call went to the trees at one chunk a tree (234 GB/s busbw, 1.24x NCCL's ring) and now to a file of many
-    more chunks a loop, at least 1.28x."""
+    call went to the trees at one chunk a tree (234 GB/s busbw, 1.24x NCCL's ring as then modelled, 189) and now
+    to a file of many more chunks a loop: 246 GB/s, 1.26x NCCL's ring, which reaches 195 since its NIC sends
+    behind the threadblock's writing (colls.simulate.engine)."""
     middle, large = _trees_reducescatter_ranges(tmp_path / "rs", 64 << 20, 1 << 30)
     assert large["file"] and large["file"] != middle["file"]
     assert large["chunks_per_loop"] > 2 * middle["chunks_per_loop"]
-    assert large["sizes"][0]["busbw_gbps"] > 1.28 * large["sizes"][0]["nccl_busbw_gbps"]
+    assert large["sizes"][0]["busbw_gbps"] > 1.25 * large["sizes"][0]["nccl_busbw_gbps"]
 
 
 def test_milp_solves_the_problems_its_collectives_share_once(small, monkeypatch):

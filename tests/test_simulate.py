@@ -603,3 +603,46 @@ def test_a_hop_pays_its_fixed_cost_once_and_a_receive_works_at_the_local_rate(pr
     expect = model.launch_us + model.step_us + wire / (simple_rate * model.tb_factor) + hop + wire / simple_rate
     timing, _ = simulate(program, topo, "allgather", 2 * chunk, native=True, inplace=True)
     assert timing.time_us == pytest.approx(expect, rel=1e-9)
+
+
+def _lanes_across_the_network(lanes: int, messages: int) -> str:
+    """GPU 0 sends ``messages`` chunks to GPU 1 (the other node) on each of ``lanes`` channels, one after another;
+    GPU 1 receives them."""
+    ncpl = lanes * messages
+
+    def tbs(gpu, kind, peer):
+        out = []
+        for lane in range(lanes):
+            steps = "".join(f'<step s="{k}" type="{kind}" srcbuf="i" srcoff="{lane * messages + k}" dstbuf="o" '
+                            f'dstoff="{lane * messages + k}" cnt="1" depid="-1" deps="-1" hasdep="0"/>'
+                            for k in range(messages))
+            send, recv = (peer, -1) if kind == "s" else (-1, peer)
+            out.append(f'<tb id="{lane}" send="{send}" recv="{recv}" chan="{lane}">{steps}</tb>')
+        return "".join(out)
+    return (f'<algo name="lanes" proto="Simple" nchannels="{lanes}" nchunksperloop="{ncpl}" ngpus="2" '
+            f'coll="alltoall" inplace="0"><gpu id="0" i_chunks="{ncpl}" o_chunks="{ncpl}" s_chunks="0">'
+            f'{tbs(0, "s", 1)}</gpu><gpu id="1" i_chunks="{ncpl}" o_chunks="{ncpl}" s_chunks="0">'
+            f'{tbs(1, "r", 0)}</gpu></algo>')
+
+
+def test_a_nic_shared_by_lanes_does_not_idle_while_their_senders_pay_a_message_s_fixed_cost():
+    """A send across the network writes the message into the connection's buffer at the threadblock's copy rate,
+    and the proxy hands it to the NIC slice by slice (NCCL src/transport/net.cc, sendProxyProgress: isend as
+    the GPU's tail advances; the slot comes back when the send is done), so the threadblock pays its next
+    message's fixed cost while the NIC still sends this one. Four lanes sharing one NIC, 8 messages each: the
+    NIC is busy from the first message to the last, and the call takes the NIC's time plus one message's
+    way in and out. A send that held its threadblock until the NIC had sent the message ran the lanes in
+    lockstep, the NIC idle during every round's fixed cost (8 x 2.8 us)."""
+    topo = topos.rail_cluster(2, 1)
+    program, _ = msccl.parse(_lanes_across_the_network(4, 8), "lanes")
+    m = Machine(program, topo, "alltoall")
+    model = for_protocol("Simple")
+    chunk = 256 << 10
+    size = chunk * program.nchunksperloop
+    res = run(m, size, model, ncpl=program.nchunksperloop, proto="Simple")
+    nic = next(i for i, (u, v) in enumerate(m.links) if u == 0)      # GPU 0's way to its NIC
+    busy = size / m.link_cap[nic]
+    rate = tb_rate("test") * 1000.0
+    route = topo.route(0, 1)
+    way = (model.step_us + chunk / rate + topo.route_latency(route) + model.net_step_us + chunk / rate)
+    assert busy + model.launch_us < res.time_us <= busy + model.launch_us + way

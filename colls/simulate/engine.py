@@ -30,7 +30,15 @@ What runs (``mscclRunInterpreter`` in the executor's ``msccl_kernel.cu``, ``mscc
   wire are the data bytes divided by the protocol's data fraction (LL moves 8 data bytes per 16). Every
   link's bandwidth (times its class's ``efficiency``) is shared max-min fairly among the flows crossing it
   at that moment, and no flow moves faster than its threadblock can copy. The message reaches the receiver
-  when its last byte has been sent plus the route's latency (the sum of its hops' latencies). A step that
+  when its last byte has been sent plus the route's latency (the sum of its hops' latencies).
+- **Across the network** a send writes the message into the connection's buffer at the threadblock's copy
+  rate, and the host's proxy hands it to the NIC slice by slice as the GPU's tail advances, giving the slot
+  back when the NIC's send is done (NVIDIA/nccl ``src/transport/net.cc``, ``sendProxyProgress``: post,
+  ``isend`` of what the tail covers, ``test``). So the threadblock is done with the message when it has
+  written it, and goes on to its next step (the next message's fixed cost, another peer) while the NIC
+  still sends; the NIC sends a connection's messages one after another, each no faster than its writing
+  while that lasts and then at what the links give it; the message arrives the route's latency plus the
+  network's (``net_step_us``) after its last byte left. A step that
   does not send (receiving into a buffer, local copies and reductions) works in its GPU's own memory at the
   threadblock's Simple copy rate, whatever the protocol: a receive reads the protocol's lines (LL: 16 bytes
   for 8 of data) that have already arrived, and the protocol's lower rate (NCCL's LL and LL128 caps) is
@@ -77,7 +85,7 @@ from colls.verify.structure import kernel_numbers
 BIG = 1 << 24                       # published flag = pass * BIG + step number (steps per tb < 2^24)
 TIME_EPS = 1e-9                     # us: events this close are one batch
 FINISH_GATE = 1e-6                  # us: no flow is done while the earliest finish is further ahead than this
-_START, _LOCAL_DONE, _ARRIVE = 0, 1, 2
+_START, _LOCAL_DONE, _ARRIVE, _COPIED = 0, 1, 2, 3
 MAX_TIMELINE_INTERVALS = 400_000    # per call; a timeline asks for one size, this bounds its memory
 
 
@@ -359,6 +367,16 @@ class _Run:
         self.one_capw = [0.0] * len(m.links)
         self.one_tight = [False] * len(m.links)
         self.tb_cap_arr = np.array(self.tb_cap, dtype=float)
+        # each connection's flow cap: its sender's copy rate; a network connection's once its message is in the
+        # buffer, the route's narrowest link (no cap of its own: the NIC reads the buffer, :meth:`start`)
+        self.net = m.conn_net
+        self.conn_cap = np.array([self.tb_cap[ti] if ti >= 0 else 0.0 for ti in m.conn_sender], dtype=float)
+        self.route_cap = [float(m.link_cap[links].min()) if net and len(links) else 0.0
+                          for links, net in zip(m.conn_links, m.conn_net)]
+        # a network connection's messages written (or being written) into its buffer and not yet across the
+        # NIC, in order: [wire bytes, still being written]; the first is the flow in flight
+        self.nic_q: dict = {c: [] for c, net in enumerate(m.conn_net) if net}
+        self.recapped: list = []                         # flows whose cap changed: restarted at the next rebuild
         self.load = np.zeros(len(m.links))               # bytes/us the flows put on each link
         self.conn_bytes = [0.0] * C                      # wire bytes each connection carried (its links: below)
         self.events = 0
@@ -447,7 +465,16 @@ class _Run:
                 self.complete(ti)
                 return
             for c in outs:              # one flow per peer, each at the threadblock's copy rate
-                self.pending.append((c, wire))
+                if self.net[c]:
+                    # into the connection's buffer at the copy rate; the NIC streams it out behind the copy
+                    q = self.nic_q[c]
+                    q.append([wire, True])
+                    if len(q) == 1:
+                        self.conn_cap[c] = self.tb_cap[ti]
+                        self.pending.append((c, wire))
+                    self.push(self.now + wire / self.tb_cap[ti], _COPIED, (ti, c))
+                else:
+                    self.pending.append((c, wire))
             self.flows_left[ti] = len(outs)
             self.rates_dirty = True
         else:
@@ -464,7 +491,8 @@ class _Run:
             self.record(self.tb_iv[ti], self.act_start[ti], self.now, kind)
         if snd:
             for c in m.out_conns[ti]:
-                self.push(self.now + m.conn_latency[c] + (self.net_us if m.conn_net[c] else 0.0), _ARRIVE, c)
+                if not self.net[c]:         # a network message arrives when the NIC has sent it (:meth:`sent_out`)
+                    self.push(self.now + m.conn_latency[c], _ARRIVE, c)
         if rcv:
             for c in m.in_conns[ti]:
                 self.consumed[c] += 1
@@ -474,6 +502,34 @@ class _Run:
         if self.k[ti] >= message_count(cnt, self.mac):
             self.finish_step(ti)
         self.wake(ti)
+
+    def copied(self, ti: int, c: int):
+        """A network message is in its connection's buffer: the NIC's transfer of it, in flight or queued, is
+        no longer held to the threadblock's copy rate, and the threadblock is done with it."""
+        q = self.nic_q[c]
+        # the message being written is the connection's latest (unless the NIC sent its last byte this instant)
+        if q and q[-1][1]:
+            q[-1][1] = False
+            if len(q) == 1:             # in flight, or starting at the next rebuild (which reads the cap)
+                self.conn_cap[c] = self.route_cap[c]
+                if self.f_on[c]:
+                    self.recapped.append(c)
+                    self.rates_dirty = True
+        self.flows_left[ti] -= 1
+        if not self.flows_left[ti]:
+            self.complete(ti)
+
+    def sent_out(self, c: int):
+        """The NIC has sent a network connection's first message: it arrives the route's and the network's
+        latency later, and the next message in the buffer, if any, follows."""
+        m = self.m
+        q = self.nic_q[c]
+        q.pop(0)
+        self.push(self.now + m.conn_latency[c] + self.net_us, _ARRIVE, c)
+        if q:
+            wire, writing = q[0]
+            self.conn_cap[c] = self.tb_cap[m.conn_sender[c]] if writing else self.route_cap[c]
+            self.pending.append((c, wire))
 
     def finish_step(self, ti):
         steps = self.m.steps[ti]
@@ -556,7 +612,7 @@ class _Run:
             self.pending = []
             now = self.now
             for c, wire in new:
-                c_cap = self.tb_cap[m.conn_sender[c]]
+                c_cap = float(self.conn_cap[c])
                 li = one[c]
                 if li >= 0:
                     w = float(m.conn_weight[c][0])
@@ -595,6 +651,21 @@ class _Run:
         self._next_finish()
         self.rates_dirty = False
 
+    def _recap(self, gone) -> list:
+        """The flows whose cap changed (:meth:`copied`) end here and start again with what they have left, at
+        their new cap; with the flows that ended (``gone``), the connections :meth:`rebuild` drops."""
+        now, rate, fin = self.now, self.f_rate, self.f_fin
+        ended = set(gone)
+        out = list(gone)
+        for c in self.recapped:
+            if c in ended or not self.f_on[c]:
+                continue
+            ended.add(c)
+            out.append(c)
+            self.pending.append((c, float(rate[c] * (fin[c] - now))))
+        self.recapped = []
+        return sorted(out)
+
     def _reallocate(self, comps: set):
         """Max-min fair rates for every flow in flight in the components ``comps``, from scratch; each keeps
         its remaining bytes. The components share no link with the others, whose rates stay. Only the
@@ -619,7 +690,7 @@ class _Run:
         idx = self.e_link[ents]
         own = np.searchsorted(act, self.e_conn[ents])
         w = self.e_w[ents]
-        new_rate = _max_min(idx, own, n, cap, self.tb_cap_arr[self.conn_ti[act]], w)
+        new_rate = _max_min(idx, own, n, cap, self.conn_cap[act], w)
         rate[act] = new_rate
         fin[act] = now + rem / new_rate
         self.load[links] = np.bincount(idx, weights=new_rate[own] * w, minlength=len(cap))[links]
@@ -705,6 +776,9 @@ class _Run:
                 if gone:
                     self.rates_dirty = True
                     for c in gone:
+                        if self.net[c]:
+                            self.sent_out(c)
+                            continue
                         ti = m.conn_sender[c]
                         self.flows_left[ti] -= 1
                         if not self.flows_left[ti]:
@@ -715,10 +789,14 @@ class _Run:
                     self.start(arg)
                 elif what == _LOCAL_DONE:
                     self.complete(arg)
+                elif what == _COPIED:
+                    self.copied(*arg)
                 else:
                     self.arrived[arg] += 1
                     self.wake(m.conn_receiver[arg])
             if self.rates_dirty:
+                if self.recapped:
+                    gone = self._recap(gone)
                 self.rebuild(gone)
             if self.snap_due:
                 self.snap_due = False
@@ -783,6 +861,7 @@ class _Run:
         now = self.now
         return (tuple(s - c for s, c in zip(self.sent, self.consumed)),
                 tuple(a - c for a, c in zip(self.arrived, self.consumed)),
+                tuple(tuple((round(w, 6), writing) for w, writing in q) for q in self.nic_q.values()),
                 self._flows_left_in_time(),
                 tuple(sorted((round(t - now, 9), what, arg) for t, _, what, arg in self.heap)))
 
@@ -790,7 +869,9 @@ class _Run:
         """The flows in flight as (sending threadblock, microseconds to its end at today's rate), rounded like
         the events; with the set of flows they fix the remaining bytes (the rates are the set's max-min)."""
         act = np.flatnonzero(self.f_on)
-        return tuple(sorted(zip(self.conn_ti[act].tolist(), np.round(self.f_fin[act] - self.now, 9).tolist())))
+        # a network connection's flow by its connection too: its sender may have moved on to other peers
+        which = [c if self.net[c] else -1 for c in act.tolist()]
+        return tuple(sorted(zip(self.conn_ti[act].tolist(), which, np.round(self.f_fin[act] - self.now, 9).tolist())))
 
     def _skip(self, jumps: int, period: float, bytes_then: list):
         """Move the clock ``jumps`` periods ahead, and the connections' bytes by as many times their growth
