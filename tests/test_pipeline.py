@@ -244,3 +244,18 @@ def test_a_file_over_the_sms_packs_threadblocks_and_says_so():
     assert made.program.max_tbs() == topo.min_sms() == 108
     assert made.facts["packed_threadblocks"] == 19
     assert "19 threadblocks a GPU both send to and receive from one peer" in made.summary()
+
+
+def test_a_loader_limit_met_by_symmetry_is_not_looked_for_again_in_every_rank(monkeypatch):
+    """A program lowered by symmetry that breaks a loader limit of a rank (its XML elements here) breaks it when
+    every rank is lowered too (the whole lowering deals each rank as the orbit's), so the pipeline refuses it
+    at once: 2 copies of hier's allgather on 128 x dgx-a100 took 187 s, 145 of them lowering every rank to meet
+    the same 4,895 elements, and now 46. The message is the one the whole program gave."""
+    monkeypatch.setitem(TARGETS, "exe", replace(TARGETS["exe"], max_elements=60))     # hier's rank has 79
+    topo = hardware.load_topology("dgx-a100", nodes=2)
+    whole = []
+    lower = pipeline.lowering.lower
+    monkeypatch.setattr(pipeline.lowering, "lower", lambda *a, **k: whole.append(1) or lower(*a, **k))
+    with pytest.raises(CollsError, match=r"limit-elements.*79 elements.*at most 59 fit"):
+        pipeline.compile_schedule(topo, Collective("allgather", topo.ngpus), "hier", in_memory=True, prove=False)
+    assert not whole
