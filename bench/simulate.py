@@ -31,6 +31,9 @@ PLOTS = HERE / "plots"
 PROFILES = ("dgx-a100", "dgx-h100", "dgx2", "ndv2", "mi250", "mi300x")
 NODES = (1, 2, 4)
 METHODS = ("ring", "direct", "trees", "milp", "hier", "nccl")
+KINDS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce")
+SIZES = "1KB:4GB:4"
+SHOWN = ("1KB", "64KB", "1MB", "16MB", "256MB", "4GB")   # table columns
 # milp solves a sketch-guided model whose size grows with the GPUs: it is timed on 1 and 2 nodes (at 4 its
 # solves alone would take the grid past an hour); hier joins nodes, so it has no file on one
 MILP_NODES = 2
@@ -39,9 +42,6 @@ MILP_NODES = 2
 def runs(nodes: int, method: str) -> bool:
     """Whether the grid times ``method`` on ``nodes`` nodes."""
     return not ((method == "milp" and nodes > MILP_NODES) or (method == "hier" and nodes < 2))
-KINDS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce")
-SIZES = "1KB:4GB:4"
-SHOWN = ("1KB", "64KB", "1MB", "16MB", "256MB", "4GB")   # table columns
 
 
 def run_one(profile: str, nodes: int, method: str, kind: str) -> dict:

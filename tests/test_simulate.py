@@ -332,7 +332,7 @@ def _reallocate_over_the_machine(self, comps: set):
     renum[act] = np.arange(n)
     own = renum[self.e_conn[e_on]]
     w = self.e_w[e_on]
-    new_rate = _max_min(idx, own, n, cap, self.tb_cap_arr[self.conn_ti[act]], w)
+    new_rate = _max_min(idx, own, n, cap, self.conn_cap[act], w)
     rate[act] = new_rate
     fin[act] = now + rem / new_rate
     self.load[links] = np.bincount(idx, weights=new_rate[own] * w, minlength=len(cap))[links]

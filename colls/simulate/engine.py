@@ -366,7 +366,6 @@ class _Run:
         # and whether its last fill left a flow below its cap (:meth:`rebuild`'s shortcut)
         self.one_capw = [0.0] * len(m.links)
         self.one_tight = [False] * len(m.links)
-        self.tb_cap_arr = np.array(self.tb_cap, dtype=float)
         # each connection's flow cap: its sender's copy rate; a network connection's once its message is in the
         # buffer, the route's narrowest link (no cap of its own: the NIC reads the buffer, :meth:`start`)
         self.net = m.conn_net
