@@ -443,11 +443,18 @@ def test_the_largest_calls_get_a_file_deeper_than_the_middle_ones(tmp_path):
     file deeper again at its largest size (colls.compile._deeper): on 2 x DGX A100 the reduce-scatter's 1 GB
     call went to the trees at one chunk a tree (234 GB/s busbw, 1.24x NCCL's ring as then modelled, 189) and now
     to a file of many more chunks a loop: 246 GB/s, 1.26x NCCL's ring, which reaches 195 since its NIC sends
-    behind the threadblock's writing (colls.simulate.engine)."""
-    middle, large = _trees_reducescatter_ranges(tmp_path / "rs", 64 << 20, 1 << 30)
+    behind the threadblock's writing (colls.simulate.engine), and 1.08x the middle sizes' file at 1 GB (228)."""
+    from colls.inputs.hardware import load_topology
+    from colls.simulate import simulate
+    out = tmp_path / "rs"
+    middle, large = _trees_reducescatter_ranges(out, 64 << 20, 1 << 30)
     assert large["file"] and large["file"] != middle["file"]
     assert large["chunks_per_loop"] > 2 * middle["chunks_per_loop"]
     assert large["sizes"][0]["busbw_gbps"] > 1.25 * large["sizes"][0]["nccl_busbw_gbps"]
+    shallower, _ = msccl.parse((out / middle["file"]).read_text(), middle["file"])
+    shallower.max_bytes = 0                      # timed at 1 GB as if it served it
+    timing, _ = simulate(shallower, load_topology("dgx-a100", nodes=2), "reducescatter", 1 << 30)
+    assert large["sizes"][0]["busbw_gbps"] > 1.05 * timing.busbw_gbps
 
 
 def test_milp_solves_the_problems_its_collectives_share_once(small, monkeypatch):
