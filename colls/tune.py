@@ -130,7 +130,8 @@ def _grown(chosen, topology, collective, method, options: dict, unproved: dict, 
 # The call size at which copies packed on shared threadblocks must not be slower than those with their own: the
 # packed threadblock sends and receives one after another, and where its copy rate binds (the large calls) that
 # loses what the extra channels gained at the middle sizes (1 x dgx-h100 direct allgather: 16 packed copies on
-# 132 threadblocks, 16 MB 194 -> 210 GB/s algbw, 1 GB 398 -> 380, against 8 copies on 120).
+# 132 threadblocks, 16 MB 194 -> 210 GB/s algbw, 1 GB 398 -> 380, against 8 copies on 120, while relays
+# forwarded whole messages).
 PACKED_HOLD = 1 << 30
 
 
@@ -163,7 +164,8 @@ def _fewer_rings(chosen, facts: dict, score, fewer: int, topology, collective, m
     Where 7 rings would divide no call, the ring count doubles while the link model does not fall; more rings
     spread the links' load evenly, and fewer rings with their copies hold as many threadblocks, each copy a
     share of every chunk: on 8 NDv2 32 rings (allgather 113 GB/s busbw at 1 GB against 8 rings at 4 copies,
-    104) win the collectives and lose broadcast's 256 MB (75 against 81). Returns (file, facts, score)."""
+    104) win every collective (they lost broadcast's 256 MB while relays forwarded whole messages, not the
+    kernel's slices). Returns (file, facts, score)."""
     opts = dict(options, rings=fewer)
     try:
         other = pipeline.compile_schedule(topology, collective, method, options=opts, **unproved)
@@ -316,8 +318,9 @@ def _fastest_count(topology, collective, method, options: dict, unproved: dict, 
 # A doubling of the copies must make the file this much faster to be taken: every copy holds threadblocks (SMs)
 # the model's compute cannot use, so a tie goes to fewer. Copies that leave a GPU no more threadblocks than the
 # runtime's own ring holds (colls.simulate.baseline.runtime_blocks) are taken when faster at all: they cost no SM
-# the runtime's own call would not, and at 1 GB their last percent is what keeps a ring level with the runtime's
-# (1 x dgx2 ring reduce-scatter at 16 and 32 copies: 256 MB 0.9 % faster, 1 GB 1.4 %, the runtime's ring 32).
+# the runtime's own call would not, and at 1 GB their last percent can be what keeps a ring level with the
+# runtime's (1 x dgx2 ring reduce-scatter at 16 and 32 copies, the runtime's ring 32: 256 MB 0.9 % faster, 1 GB
+# 1.4 %, while relays forwarded whole messages; 9 % at both since they forward the kernel's slices).
 COPIES_GAIN = 0.01
 
 

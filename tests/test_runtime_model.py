@@ -300,7 +300,8 @@ def test_the_lower_bounds_are_never_above_the_simulated_time(kind):
                                      model=model, native=True)
                 eff = machine.message_bytes(proto, size)
                 assert lower_bound(loads, model, size, program.nchunksperloop, eff) <= timing.time_us * (1 + 1e-9)
-                chained = chain.bound(model, size, program.nchunksperloop, eff, machine.fifo(proto))
+                chained = chain.bound(model, size, program.nchunksperloop, eff, machine.fifo(proto),
+                                      machine.slices(proto))
                 assert chained <= timing.time_us * (1 + 1e-9)
                 exact += chained >= timing.time_us * (1 - 1e-9)
     assert exact

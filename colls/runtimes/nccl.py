@@ -64,6 +64,14 @@ def tree_up_share(proto: str, threads: dict) -> float:
 # 4 MB), and the 8 slots hold 8 messages; the ring's Simple primitives take 4 slots. Only LL128 shrinks the
 # tree's chunk for smaller calls ("nstepsLL128 = 1 + log2i(nNodes) + 0.1 * ppn").
 TREE_CHUNK_STEPS = 1
+# The slices a Simple message of the runtime's own kernels moves as (ProtoSimple<SlicePerChunk, StepPerSlice>,
+# src/device/prims_simple.h): the ring's allreduce, allgather and reduce-scatter 2 (*_CHUNKSTEPS / *_SLICESTEPS
+# = NCCL_STEPS/2 / NCCL_STEPS/4, src/include/collectives.h), as MSCCL's kernel; the tree
+# (runTreeSplit<T, RedOp, ProtoSimple<1, 1>>, src/device/all_reduce.h), the ring's broadcast and reduce
+# (BROADCAST_CHUNKSTEPS = BROADCAST_SLICESTEPS = 1) and point-to-point sends (runSend<ProtoSimple<1,1>>,
+# src/device/sendrecv.h) 1.
+TREE_SLICE_PER_CHUNK = 1
+OTHER_SLICE_PER_CHUNK = 1
 
 
 def tree_chunk_bytes(proto: str, nbytes: float, nchannels: int, nranks: int, nnodes: int, chunk: int) -> int:

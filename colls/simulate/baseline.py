@@ -33,7 +33,7 @@ from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.simulate import Timing, out_of_reach, served, simulate
 from colls.simulate.engine import Machine, message_count, pass_bytes
-from colls.verify.execution import max_allowed_count
+from colls.verify.execution import first_slice_bytes, max_allowed_count
 from colls.simulate.symmetry import per_list
 from colls.runtimes.costs import DEFAULT_LAUNCH, model_for, tb_rates
 from colls.runtimes import get_target
@@ -112,7 +112,8 @@ class Fastest:
                 if index not in self.chains:
                     self.chains[index] = Chain(machine)
                 chain = self.chains[index].bound(model, size, program.nchunksperloop or 1,
-                                                 machine.message_bytes(proto, size), machine.fifo(proto))
+                                                 machine.message_bytes(proto, size), machine.fifo(proto),
+                                                 machine.slices(proto))
                 heapq.heappush(candidates, (max(lb, chain), index, order, True, proto, model))
                 continue
             prog = program if proto == program.proto else replace(program, proto=proto)
@@ -219,7 +220,10 @@ class Baseline:
                     break
                 if program.max_tbs() > sms:
                     break
-                entries.append(({"channels": channels}, program, None))
+                machine = Machine(program, topology, kind)
+                # NCCL's broadcast, reduce and point-to-point kernels move a message as one slice
+                machine.slice_per_chunk = nccl_facts.OTHER_SLICE_PER_CHUNK
+                entries.append(({"channels": channels}, program, machine))
         if not entries:
             shown = "p2p alltoall" if kind == "alltoall" else algorithm      # alltoall runs as grouped sends
             why = getattr(last_error, "reason", last_error) or "no channel count fits"
@@ -345,10 +349,15 @@ class Chain:
         self.latency = list(m.conn_latency)
         self.net = list(m.conn_net)
 
-    def bound(self, model, size: float, ncpl: int, eff: int, slots: int) -> float:
+    def bound(self, model, size: float, ncpl: int, eff: int, slots: int, slices: int = 1) -> float:
         """No call of ``size`` is faster (microseconds): the launch plus the longest chain of the first pass,
         each step at least its sent messages' fixed costs and its bytes at the threadblock's copy rate, and after a
-        threadblock's first pass, its work in the passes after it, one step after another."""
+        threadblock's first pass, its work in the passes after it, one step after another.
+
+        ``slices``: the slices a message moves as (:meth:`colls.simulate.engine.Machine.slices`): a receiver
+        starts once the first slice of its first message has arrived, ends no sooner than the last slice of
+        its last message after its arrival, and a sender waits for the receiver's first slice of the message
+        ``slots`` before."""
         if self.order is None:
             return 0.0
         passes = pass_bytes(size / ncpl, eff)
@@ -358,36 +367,47 @@ class Chain:
         single = [cnt <= mac for cnt in self.conn_cnt]      # connections whose steps are one message each
         wire = 1.0 / model.data_fraction
         own, rate = tb_rates(model, self.tb_cap.tolist())        # not sending (Simple's rate); sending (engine)
-        step = model.step_us
+        step = model.step_us                                    # per slice that carries data (engine)
+
+        def paid_of(chunk: float) -> int:
+            """The slices of a message of ``chunk`` bytes that pay the fixed cost: those with data."""
+            return 1 if slices == 1 or first_slice_bytes(chunk) >= chunk else slices
+        head_bytes = first_slice_bytes(b) if slices > 1 else b  # one chunk's first slice, and its last
+        tail_bytes = (b - head_bytes) / (slices - 1) if slices > 1 else b
+        paid = paid_of(b)
         lat = [x + (model.net_step_us if net else 0.0) for x, net in zip(self.latency, self.net)]
+        # per step: its start, end, and the work of its first slice
         start, end, first = [0.0] * len(self.nodes), [0.0] * len(self.nodes), [0.0] * len(self.nodes)
         nodes, preds = self.nodes, self.preds
         tb_msgs, tb_bytes = [0] * len(rate), [0.0] * len(rate)     # per pass: messages, bytes per pass byte
         for n in order:
             ti, snd, rcv, nop, cnt = nodes[n]
             if nop:
-                work = one = 0.0
+                work = head = tail = 0.0
             else:
                 unit = wire / rate[ti] if snd else (wire if rcv else 1.0) / own[ti]    # us per data byte
-                per = b * unit
                 msgs = message_count(cnt, mac) if snd else 0      # only a send pays the fixed cost (engine)
-                work, one = msgs * step + per * cnt, (step if snd else 0.0) + (per if cnt > 0 else 0.0)
+                work = msgs * paid * step + b * unit * cnt
+                fixed = step if snd else 0.0
+                head = fixed + (head_bytes * unit if cnt > 0 else 0.0)
+                tail = (fixed if paid > 1 else 0.0) + (tail_bytes * unit if cnt > 0 else 0.0)
                 tb_msgs[ti] += msgs
                 tb_bytes[ti] += unit * cnt
             s0, e0 = 0.0, 0.0
             for q, c in fifo_preds.get(n, ()):
                 if single[c]:
-                    s0 = max(s0, end[q])
+                    s0 = max(s0, end[q] if slices == 1 else start[q] + first[q])
             for q, kind, c in preds[n]:
                 if kind == 0:
                     s0 = max(s0, end[q])
                 else:
                     s0 = max(s0, start[q] + first[q] + lat[c])
-                    e0 = max(e0, end[q] + lat[c] + one)
-            start[n], first[n] = s0, one
+                    e0 = max(e0, end[q] + lat[c] + tail)
+            start[n], first[n] = s0, head
             end[n] = max(s0 + work, e0)
         later = sum(passes[1:])
-        tails = [end[n] + (len(passes) - 1) * tb_msgs[ti] * step + later * tb_bytes[ti]
+        later_paid = sum(paid_of(x) for x in passes[1:])
+        tails = [end[n] + later_paid * tb_msgs[ti] * step + later * tb_bytes[ti]
                  for n, ti in zip(self.last, self.last_tb)]
         return model.launch_us + max(max(end, default=0.0), max(tails, default=0.0))
 

@@ -644,6 +644,7 @@ def tree_machine(topology: Topology, channels: int, proto: str = "Simple",
         machine.tb_scale[proto] = [share[role[rank, gid]] for rank, gid, _ in machine.tbs]
     nnodes, n = len(_nodes(topology)), topology.ngpus
     machine.chunk_steps = nccl_facts.TREE_CHUNK_STEPS
+    machine.slice_per_chunk = nccl_facts.TREE_SLICE_PER_CHUNK
     machine.chunk_rule = lambda proto, size, eff: nccl_facts.tree_chunk_bytes(proto, size, 2 * channels, n, nnodes,
                                                                              eff)
     return head, machine

@@ -16,12 +16,21 @@ What runs (``mscclRunInterpreter`` in the executor's ``msccl_kernel.cu``, ``mscc
   step). A step marked ``hasdep`` publishes when its last message is done. Nops without a dependency are
   dropped and the steps after them renumbered, as the loader does
   (:func:`colls.verify.structure.kernel_numbers`).
+- **Slices.** A Simple message moves as two slices (the kernel's ``ProtoSimple<MSCCL_CHUNKSTEPS /
+  MSCCL_SLICESTEPS, MSCCL_SLICESTEPS>``; NCCL's ``genericOp`` in ``src/device/prims_simple.h`` cuts ``nelem``
+  into ``SlicePerChunk`` slices of at least a 32nd of a slice's slots, and waits for, copies and posts each on
+  its own), so a threadblock that receives and sends forwards the first slice while the second still
+  arrives: a relay's delay is a slice, not a message. NCCL's own tree, broadcast, reduce and point-to-point
+  kernels take one slice per message (:meth:`Machine.slices`); LL and LL128 messages are one unit. A call whose
+  every message fits its first slice moves them whole (the second slice is empty and fences nothing).
 - **Connections.** Each (sender, receiver, channel) is a FIFO of :func:`colls.verify.execution.fifo_messages`
-  slots (2 messages for Simple, 8 for LL and LL128). A send waits for a free slot, a receive for a message
-  that has fully arrived; the slot is freed when the receiving step is done with it.
+  slots (2 messages for Simple, 8 for LL and LL128), that is of 4 Simple slices. A send waits for a free
+  slot, a receive for a slice that has fully arrived; the slot is freed when the receiving step is done with
+  it.
 - **Costs of a message.** A threadblock that sends first spends the model's fixed per-message cost (the
   system-wide fence and the flag it posts to the peer, :class:`colls.runtimes.costs.Model`), then moves the
-  bytes. A step that only receives, copies or reduces pays its bytes alone: the kernel's receive polls a flag
+  bytes; a slice that carries data pays it too (``postPeer`` fences whenever data was stored), so a large
+  Simple message pays it twice and one that fits its first slice once. A step that only receives, copies or reduces pays its bytes alone: the kernel's receive polls a flag
   the sender has already posted (``waitPeer``) and posts its own without a fence (``postPeer`` fences only
   for a send, ``prims_simple.h``), and local copies and reductions touch no flag at all. So a hop costs the
   fixed cost once, as the runtime's own tuning charges it (``hwLat`` per ring step), whether its two ends
@@ -79,7 +88,8 @@ from colls.program import STEP_SEMANTICS, Program
 from colls.runtimes.costs import Model, tb_rate, tb_rates
 from colls.simulate.symmetry import per_list
 from colls.topology import NIC, Topology
-from colls.verify.execution import chunk_effective_bytes, fifo_messages, max_allowed_count
+from colls.verify.execution import (SLICE_PER_CHUNK, chunk_effective_bytes, fifo_messages, first_slice_bytes,
+                                     max_allowed_count)
 from colls.verify.structure import kernel_numbers
 
 BIG = 1 << 24                       # published flag = pass * BIG + step number (steps per tb < 2^24)
@@ -190,11 +200,20 @@ class Machine:
         # per protocol, each threadblock's share of a whole block's copy rate (a group of a block's threads,
         # as NCCL's tree runs them: colls.simulate.defaults.tree_machine); None: every block copies whole
         self.tb_scale: dict | None = None
+        # the slices a Simple message moves as, each waited for, copied and posted on its own (the kernel's
+        # ProtoSimple<SlicePerChunk, ...>): MSCCL's and NCCL's ring kernels 2, NCCL's tree, broadcast, reduce and
+        # point-to-point kernels 1 (src/device/common.h: *_CHUNKSTEPS / *_SLICESTEPS)
+        self.slice_per_chunk = SLICE_PER_CHUNK
 
     def message_bytes(self, proto: str | None, size: float, buffsize: int | None = None) -> int:
         """The data bytes of one message of one chunk at most, for a call of ``size`` bytes."""
         eff = chunk_effective_bytes(proto, self.kind, buffsize, self.chunk_steps)
         return self.chunk_rule(proto, size, eff) if self.chunk_rule is not None else eff
+
+    def slices(self, proto: str | None) -> int:
+        """The slices one message moves as: :attr:`slice_per_chunk` for Simple; LL and LL128 messages are
+        one (their lines carry their own flags)."""
+        return self.slice_per_chunk if proto in (None, "Simple") else 1
 
     def fifo(self, proto: str | None) -> int:
         """Messages a connection holds before its sender waits."""
@@ -317,7 +336,16 @@ class _Run:
         self.pass_bytes = pass_bytes(chunk, eff)
         self.npass = len(self.pass_bytes)
         self.nfull = sum(1 for b in self.pass_bytes if b == self.pass_bytes[0])
-        self.caps = m.fifo_caps(proto, self.mac, self.npass)
+        # a message moves as ``nsl`` slices (:meth:`Machine.slices`), each a unit of the FIFO and of the flows
+        # below: its own wait, copy and post, so a relay forwards the first while the second arrives. Each
+        # slice that carries data pays the fixed cost of a message (its post fences: ``postPeer`` fences when
+        # data was stored), so a message small enough to fit its first slice pays it once, as before
+        self.nsl = m.slices(proto)
+        self.buffsize = buffsize
+        largest = self.pass_bytes[0] * max(self.mac, 1) if self.pass_bytes else 0.0
+        if self.nsl > 1 and first_slice_bytes(largest, buffsize) >= largest:
+            self.nsl = 1            # every message fits its first slice: the others are empty and fence nothing
+        self.caps = [cap * self.nsl for cap in m.fifo_caps(proto, self.mac, self.npass)]
         self.step_us = model.step_us
         self.net_us = model.net_step_us
         self.wire = 1.0 / model.data_fraction
@@ -406,15 +434,19 @@ class _Run:
         heapq.heappush(self.heap, (t, self.seq, what, arg))
 
     def message(self, cnt: int, p: int, k: int) -> float:
-        """Data bytes of message ``k`` of a step of ``cnt`` chunks in pass ``p`` (:func:`message_count` of
-        them): one chunk each, or runs of ``mac`` chunks and the rest."""
+        """Data bytes of slice ``k`` of a step of ``cnt`` chunks in pass ``p``: slice ``k % nsl`` of message
+        ``k // nsl`` (:func:`message_count` of them: one chunk each, or runs of ``mac`` chunks and the rest)."""
         if cnt <= 0:
             return 0.0
+        k, part = divmod(k, self.nsl)
         b = self.pass_bytes[p]
-        if self.mac <= 1:
+        if self.mac > 1:
+            full, rest = divmod(cnt, self.mac)
+            b = b * self.mac if k < full else b * rest
+        if self.nsl == 1:
             return b
-        full, rest = divmod(cnt, self.mac)
-        return b * self.mac if k < full else b * rest
+        first = first_slice_bytes(b, self.buffsize)
+        return first if part == 0 else (b - first) / (self.nsl - 1)
 
     def wake(self, ti):
         if ti >= 0 and not self.busy[ti] and not self.done[ti]:
@@ -446,7 +478,9 @@ class _Run:
                     self.sent[c2] += 1
             self.busy[ti] = True
             self.act_start[ti] = self.now
-            self.push(self.now + (self.step_us if snd else 0.0), _START, ti)     # a hop's cost, on its send
+            # a hop's cost, on its send: per slice that carries data (an empty one posts no fence)
+            fixed = snd and (self.nsl == 1 or k % self.nsl == 0 or self.message(cnt, it, k) > 0)
+            self.push(self.now + (self.step_us if fixed else 0.0), _START, ti)
             return
 
     def start(self, ti):
@@ -460,7 +494,13 @@ class _Run:
             outs = m.out_conns[ti]
             for c in outs:
                 self.conn_bytes[c] += wire
-            if wire <= 0:
+            if wire <= 0:               # an empty slice: its flag alone, behind what the NIC still sends
+                for c in outs:
+                    if self.net[c]:
+                        if self.nic_q[c]:
+                            self.nic_q[c].append([0.0, False])
+                        else:
+                            self.push(self.now + m.conn_latency[c] + self.net_us, _ARRIVE, c)
                 self.complete(ti)
                 return
             for c in outs:              # one flow per peer, each at the threadblock's copy rate
@@ -498,7 +538,7 @@ class _Run:
                 self.wake(m.conn_sender[c])
         self.busy[ti] = False
         self.k[ti] += 1
-        if self.k[ti] >= message_count(cnt, self.mac):
+        if self.k[ti] >= message_count(cnt, self.mac) * self.nsl:
             self.finish_step(ti)
         self.wake(ti)
 
@@ -525,6 +565,9 @@ class _Run:
         q = self.nic_q[c]
         q.pop(0)
         self.push(self.now + m.conn_latency[c] + self.net_us, _ARRIVE, c)
+        while q and q[0][0] <= 0:       # empty slices queued behind it: their flags follow at once
+            q.pop(0)
+            self.push(self.now + m.conn_latency[c] + self.net_us, _ARRIVE, c)
         if q:
             wire, writing = q[0]
             self.conn_cap[c] = self.tb_cap[m.conn_sender[c]] if writing else self.route_cap[c]

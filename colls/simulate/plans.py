@@ -97,6 +97,7 @@ def machine(program: Program, topology, kind: str, slice_bytes: int | None, prot
         return whole if slice_bytes is None or whole <= slice_bytes else slice_bytes
     m.chunk_rule = plan_messages
     m.chunk_steps = FIFO_CHUNK_STEPS
+    m.slice_per_chunk = 1           # the message is already the plan's slice (above)
     # the plan's slots each hold a whole message (a step's operand) and its credits count messages, so a
     # connection has SLOTS messages in flight, each the engine's messages of its slices; the smallest message
     # of a connection's steps sets the room (a connection whose steps differ gets less room than the plan has)

@@ -178,6 +178,9 @@ class Quotient:
     def fifo(self, proto) -> int:
         return self.full.fifo(proto)
 
+    def slices(self, proto) -> int:
+        return self.full.slices(proto)
+
     def fifo_caps(self, proto, mac: int, npass: int) -> list[int]:
         # a class's connections send alike steps (the classes refine the senders' step shapes): one cap each
         full = self.full.fifo_caps(proto, mac, npass)

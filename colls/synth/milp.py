@@ -40,9 +40,11 @@ Costs (alpha-beta, per transfer, with the runtime's costs of :mod:`colls.runtime
 sent from GPU u to GPU v over the physical route ``topology.route(u, v)`` holds every link of the route for
 ``beta = S / route bandwidth`` (as the runtime reaches it: the links' ``efficiency``), and is usable at v
 ``alpha + beta`` after it starts, where ``alpha`` is what the runtime adds without holding a link: the
-route's latency, the sender's fixed cost per message (``step_us``: its fence and flag) and, across nodes,
-the proxy's (``net_step_us``), the time one threadblock takes to copy S beyond the links' ``beta``, and the
-receiver's copy of S out of the connection's buffer (a receive works at one threadblock's rate too). The
+route's latency, the sender's fixed cost per message (``step_us``: its fence and flag; once per slice of
+the message that carries data, as the kernel posts each slice on its own) and, across nodes, the proxy's
+(``net_step_us``), the time one threadblock takes to copy S beyond the links' ``beta``, and the receiver's
+copy of the message's last slice out of the connection's buffer (a receive works at one threadblock's rate
+too; it copies the first slice out while the last arrives). The
 objective adds the call's launch once, and an in-place alltoall's copies out of scratch after the last
 transfer. Two constraints say what a GPU's threadblocks can do at once: a GPU pair's transfers share the
 lowering's two threadblocks, each holding one for its fixed cost and its copy (``Problem.pair_lanes``), and
@@ -187,7 +189,7 @@ from colls.synth.common import schedule_facts, too_many_gpus
 from colls.synth.direct import staged_blocks
 from colls.synth.milp_model import Chunk, Connection, Problem, Settings, chunk_map, closure, solve
 from colls.topology import Topology
-from colls.verify.execution import FIFO_MESSAGES
+from colls.verify.execution import FIFO_MESSAGES, SLICE_PER_CHUNK, first_slice_bytes
 
 METHOD = "milp"
 KINDS = ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast", "reduce")
@@ -332,6 +334,12 @@ class _Builder:
         # the runtime's costs (colls.runtimes.costs: Simple, a stream launch) and one threadblock moving a chunk
         self.costs = model_for("Simple", topology.gpu_model())
         self.copy_us = self.chunk_bytes / (tb_rate(topology.gpu_model()) * 1000)
+        # a message moves as the kernel's slices (colls.simulate.engine): each that carries data pays the fixed
+        # cost, and the receiver copies the first out while the last arrives, so only the last's copy follows it
+        first = first_slice_bytes(self.chunk_bytes)
+        self.slices_paid = SLICE_PER_CHUNK if first < self.chunk_bytes else 1
+        self.rest_share = (self.chunk_bytes - first) / self.chunk_bytes       # of a message, after its first slice
+        self.last_copy_us = self.copy_us * (self.rest_share if self.rest_share > 0 else 1.0)
         self.tail_us = 0.0          # what runs after the last transfer (an in-place alltoall's copies)
         # each transfer as timed by the solution: (phase: its first step, step, source, destination, start,
         # arrival, whether its data is there from the call's start), in its phase's time units (:func:`_holds`)
@@ -361,16 +369,20 @@ class _Builder:
                 beta = float(Fraction(self.chunk_bytes) / (reached.route_bandwidth(route) * 1000))
                 # the route's latency, the sender's fixed cost per message (and the proxy's, across nodes), its
                 # threadblock's copy rate where that is below the links', and the receiver's copy out of the FIFO
-                lat = (topo.route_latency(route) + costs.step_us + (costs.net_step_us if inter else 0.0)
-                       + max(0.0, copy_us - beta) + copy_us)
+                fixed = costs.step_us * self.slices_paid
+                lat = (topo.route_latency(route) + fixed + (costs.net_step_us if inter else 0.0)
+                       + max(0.0, copy_us - beta) + self.last_copy_us)
                 links = tuple(zip(route, route[1:]))
-                busy = costs.step_us + max(beta, copy_us)       # the sending threadblock: its fence, its copy
-                raw[(b, a) if reverse else (a, b)] = (lat, beta, links, inter, a % G, busy)
+                busy = fixed + max(beta, copy_us)       # the sending threadblock: its fences, its copy
+                # its FIFO slot: the one the transfer after next waits for is its first slice's, free once that
+                # slice is copied out, a fixed cost and the rest of the sender's copy before the whole arrives
+                hold = lat + beta - (self.slices_paid - 1) * costs.step_us - max(beta, copy_us) * self.rest_share
+                raw[(b, a) if reverse else (a, b)] = (lat, beta, links, inter, a % G, busy, hold)
         smallest = min(r[1] for r in raw.values())
         unit = smallest / MIN_UNITS
         conns = {k: Connection(max(0, round(lat / unit)), max(1, round(beta / unit)), links, inter, s,
-                               max(1, round(busy / unit)))
-                 for k, (lat, beta, links, inter, s, busy) in raw.items()}
+                               max(1, round(busy / unit)), max(1, round(hold / unit)))
+                 for k, (lat, beta, links, inter, s, busy, hold) in raw.items()}
         return conns, unit
 
     def problem(self, kind: str, reverse: bool = False, chunks: int | None = None) -> Problem:

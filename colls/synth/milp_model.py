@@ -42,6 +42,13 @@ class Connection:
     inter: bool
     sender: int
     busy: int = 0          # how long a transfer holds a threadblock of the pair (0: not modelled)
+    # how long a transfer holds a message of the pair's FIFO, from its start until the receiver has freed the
+    # slot the transfer after next waits for (its first slice's); 0: until it is received (alpha + beta)
+    hold: int = 0
+
+    @property
+    def held(self) -> int:
+        return self.hold or self.alpha + self.beta
 
 
 @dataclass(frozen=True)
@@ -309,7 +316,7 @@ def greedy(problem: Problem, cands: dict, orbits: dict, shared_times: bool, pari
                 heapq.heapreplace(ends, start + conns[g[u], g[v]].busy)
             if problem.pair_lanes and problem.fifo:     # and its FIFO's message received first
                 held = flight.setdefault(lane(g, c, u, v), [0] * (problem.fifo * len(ends)))
-                heapq.heapreplace(held, start + conn.alpha + conn.beta)
+                heapq.heapreplace(held, start + conn.held)
             for link in conns[g[u], g[v]].links:
                 free[link] = max(free[link], start + conn.beta)
         at[c] = v
@@ -488,7 +495,7 @@ def solve(problem: Problem, settings: Settings) -> Solution:
             else:
                 m.add_cumulative(intervals, [1] * len(ivs), cap)
         for pk in once.values() if problem.fifo else ():    # and a message of its FIFO from start to receipt
-            ivs, held = lanes[pk], conns[pk[0]].alpha + conns[pk[0]].beta
+            ivs, held = lanes[pk], conns[pk[0]].held
             if len(ivs) <= problem.fifo * cap:
                 continue
             m.add_cumulative([m.new_optional_fixed_size_interval_var(s, held, lit, f"h{pk}{k}")

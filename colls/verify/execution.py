@@ -43,6 +43,9 @@ from colls.verify.structure import kernel_numbers
 
 NCCL_STEPS = 8                                   # NCCL's FIFO slots per connection (src/include/device.h)
 MSCCL_CHUNKSTEPS = NCCL_STEPS // 2               # msccl_struct.h: slots one Simple primitive takes
+MSCCL_SLICESTEPS = NCCL_STEPS // 4               # msccl_struct.h: slots one slice of it takes
+# ProtoSimple<MSCCL_CHUNKSTEPS/MSCCL_SLICESTEPS, MSCCL_SLICESTEPS>: a Simple message moves as 2 slices
+SLICE_PER_CHUNK = MSCCL_CHUNKSTEPS // MSCCL_SLICESTEPS
 FIFO_MESSAGES = NCCL_STEPS // MSCCL_CHUNKSTEPS   # = 2 messages in flight per connection (Simple)
 MAX_COUNT = 72                                   # msccl_struct.h: MSCCL_MAX_COUNT; maxAllowedCount < it
 DEFAULT_BUFFSIZE = {"Simple": 1 << 22,           # DEFAULT_BUFFSIZE (x86; 1 MiB on ARM)
@@ -75,6 +78,17 @@ def chunk_effective_bytes(proto: str | None, kind: str | None, buffsize: int | N
     if chunk_steps is not None:
         return step * chunk_steps
     return step * (1 if kind in ("broadcast", "reduce") else MSCCL_CHUNKSTEPS)
+
+
+def first_slice_bytes(message: float, buffsize: int | None = None) -> float:
+    """The data bytes of the first of a Simple message's :data:`SLICE_PER_CHUNK` slices (the second has the
+    rest, possibly none). NCCL's ``genericOp`` (``src/device/prims_simple.h``) cuts ``nelem`` into slices of
+    ``max(divUp(nelem, 16 x SlicePerChunk) x 16, sliceSize / 32)`` elements, ``sliceSize`` being the slots of
+    one slice (``stepSize x StepPerSlice``); each slice is waited for, copied and posted on its own, so a
+    receiver can forward the first while the second still arrives."""
+    step = (buffsize or DEFAULT_BUFFSIZE["Simple"]) // NCCL_STEPS
+    least = step * MSCCL_SLICESTEPS / 32
+    return min(message, max(message / SLICE_PER_CHUNK, least))
 
 
 def max_allowed_count(nbytes: int, ncpl: int, eff: int) -> int:
