@@ -10,7 +10,7 @@ from __future__ import annotations
 
 # (smallest size in bytes, band, typical error, points) -- largest band first
 BANDS = (
-    (16 << 20, '16 MB and above', 0.027, 81),
+    (16 << 20, '16 MB and above', 0.041, 81),
     (64 << 10, '64 KB to 16 MB', 0.198, 45),
     (0, 'below 64 KB', 0.172, 58),
 )
