@@ -33,7 +33,7 @@ from colls.collectives import Collective
 from colls.errors import CollsError
 from colls.simulate import Timing, out_of_reach, served, simulate
 from colls.simulate.engine import Machine, message_count, pass_bytes
-from colls.verify.execution import first_slice_bytes, max_allowed_count
+from colls.verify.execution import data_slices, max_allowed_count, slice_bytes
 from colls.simulate.symmetry import per_list
 from colls.runtimes.costs import DEFAULT_LAUNCH, model_for, tb_rates
 from colls.runtimes import get_target
@@ -368,13 +368,9 @@ class Chain:
         wire = 1.0 / model.data_fraction
         own, rate = tb_rates(model, self.tb_cap.tolist())        # not sending (Simple's rate); sending (engine)
         step = model.step_us                                    # per slice that carries data (engine)
-
-        def paid_of(chunk: float) -> int:
-            """The slices of a message of ``chunk`` bytes that pay the fixed cost: those with data."""
-            return 1 if slices == 1 or first_slice_bytes(chunk) >= chunk else slices
-        head_bytes = first_slice_bytes(b) if slices > 1 else b  # one chunk's first slice, and its last
-        tail_bytes = (b - head_bytes) / (slices - 1) if slices > 1 else b
-        paid = paid_of(b)
+        head_bytes = slice_bytes(b, 0, slices)                  # one chunk's first slice, and its last
+        tail_bytes = slice_bytes(b, slices - 1, slices)
+        paid = data_slices(b, slices)
         lat = [x + (model.net_step_us if net else 0.0) for x, net in zip(self.latency, self.net)]
         # per step: its start, end, and the work of its first slice
         start, end, first = [0.0] * len(self.nodes), [0.0] * len(self.nodes), [0.0] * len(self.nodes)
@@ -406,7 +402,7 @@ class Chain:
             start[n], first[n] = s0, head
             end[n] = max(s0 + work, e0)
         later = sum(passes[1:])
-        later_paid = sum(paid_of(x) for x in passes[1:])
+        later_paid = sum(data_slices(x, slices) for x in passes[1:])
         tails = [end[n] + later_paid * tb_msgs[ti] * step + later * tb_bytes[ti]
                  for n, ti in zip(self.last, self.last_tb)]
         return model.launch_us + max(max(end, default=0.0), max(tails, default=0.0))

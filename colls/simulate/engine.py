@@ -88,8 +88,8 @@ from colls.program import STEP_SEMANTICS, Program
 from colls.runtimes.costs import Model, tb_rate, tb_rates
 from colls.simulate.symmetry import per_list
 from colls.topology import NIC, Topology
-from colls.verify.execution import (SLICE_PER_CHUNK, chunk_effective_bytes, fifo_messages, first_slice_bytes,
-                                     max_allowed_count)
+from colls.verify.execution import (SLICE_PER_CHUNK, chunk_effective_bytes, data_slices, fifo_messages,
+                                     max_allowed_count, slice_bytes)
 from colls.verify.structure import kernel_numbers
 
 BIG = 1 << 24                       # published flag = pass * BIG + step number (steps per tb < 2^24)
@@ -202,7 +202,7 @@ class Machine:
         self.tb_scale: dict | None = None
         # the slices a Simple message moves as, each waited for, copied and posted on its own (the kernel's
         # ProtoSimple<SlicePerChunk, ...>): MSCCL's and NCCL's ring kernels 2, NCCL's tree, broadcast, reduce and
-        # point-to-point kernels 1 (src/device/common.h: *_CHUNKSTEPS / *_SLICESTEPS)
+        # point-to-point kernels 1 (colls.runtimes.nccl.TREE_SLICE_PER_CHUNK)
         self.slice_per_chunk = SLICE_PER_CHUNK
 
     def message_bytes(self, proto: str | None, size: float, buffsize: int | None = None) -> int:
@@ -340,11 +340,10 @@ class _Run:
         # below: its own wait, copy and post, so a relay forwards the first while the second arrives. Each
         # slice that carries data pays the fixed cost of a message (its post fences: ``postPeer`` fences when
         # data was stored), so a message small enough to fit its first slice pays it once, as before
-        self.nsl = m.slices(proto)
         self.buffsize = buffsize
         largest = self.pass_bytes[0] * max(self.mac, 1) if self.pass_bytes else 0.0
-        if self.nsl > 1 and first_slice_bytes(largest, buffsize) >= largest:
-            self.nsl = 1            # every message fits its first slice: the others are empty and fence nothing
+        # a call whose every message fits its first slice moves them whole: the others are empty, fence nothing
+        self.nsl = data_slices(largest, m.slices(proto), buffsize)
         self.caps = [cap * self.nsl for cap in m.fifo_caps(proto, self.mac, self.npass)]
         self.step_us = model.step_us
         self.net_us = model.net_step_us
@@ -443,10 +442,7 @@ class _Run:
         if self.mac > 1:
             full, rest = divmod(cnt, self.mac)
             b = b * self.mac if k < full else b * rest
-        if self.nsl == 1:
-            return b
-        first = first_slice_bytes(b, self.buffsize)
-        return first if part == 0 else (b - first) / (self.nsl - 1)
+        return slice_bytes(b, part, self.nsl, self.buffsize)
 
     def wake(self, ti):
         if ti >= 0 and not self.busy[ti] and not self.done[ti]:

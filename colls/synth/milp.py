@@ -190,7 +190,7 @@ from colls.synth.common import schedule_facts, too_many_gpus
 from colls.synth.direct import staged_blocks
 from colls.synth.milp_model import Chunk, Connection, Problem, Settings, chunk_map, closure, solve
 from colls.topology import Topology
-from colls.verify.execution import FIFO_MESSAGES, SLICE_PER_CHUNK, first_slice_bytes
+from colls.verify.execution import FIFO_MESSAGES, SLICE_PER_CHUNK, data_slices, slice_bytes
 
 METHOD = "milp"
 KINDS = ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast", "reduce")
@@ -337,8 +337,8 @@ class _Builder:
         self.copy_us = self.chunk_bytes / (tb_rate(topology.gpu_model()) * 1000)
         # a message moves as the kernel's slices (colls.simulate.engine): each that carries data pays the fixed
         # cost, and the receiver copies the first out while the last arrives, so only the last's copy follows it
-        first = first_slice_bytes(self.chunk_bytes)
-        self.slices_paid = SLICE_PER_CHUNK if first < self.chunk_bytes else 1
+        self.slices_paid = data_slices(self.chunk_bytes, SLICE_PER_CHUNK)
+        first = slice_bytes(self.chunk_bytes, 0, SLICE_PER_CHUNK)
         self.rest_share = (self.chunk_bytes - first) / self.chunk_bytes       # of a message, after its first slice
         self.last_copy_us = self.copy_us * (self.rest_share if self.rest_share > 0 else 1.0)
         self.tail_us = 0.0          # what runs after the last transfer (an in-place alltoall's copies)

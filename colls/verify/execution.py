@@ -91,6 +91,21 @@ def first_slice_bytes(message: float, buffsize: int | None = None) -> float:
     return min(message, max(message / SLICE_PER_CHUNK, least))
 
 
+def slice_bytes(message: float, part: int, slices: int, buffsize: int | None = None) -> float:
+    """The data bytes of slice ``part`` of a message of ``message`` bytes moved as ``slices`` slices: the first
+    as :func:`first_slice_bytes` cuts it, the others the rest in equal parts (possibly none)."""
+    if slices == 1:
+        return message
+    first = first_slice_bytes(message, buffsize)
+    return first if part == 0 else (message - first) / (slices - 1)
+
+
+def data_slices(message: float, slices: int, buffsize: int | None = None) -> int:
+    """The slices of a message of ``message`` bytes that carry data, and so pay a post's fence: all
+    ``slices``, or 1 when the message fits its first slice."""
+    return 1 if slices == 1 or first_slice_bytes(message, buffsize) >= message else slices
+
+
 def max_allowed_count(nbytes: int, ncpl: int, eff: int) -> int:
     """``maxAllowedCount`` for a call of ``nbytes`` (the whole buffer, as the runtime counts it)."""
     return min(MAX_COUNT - 1, max(1, eff // -(-nbytes // ncpl)))
