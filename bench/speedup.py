@@ -76,6 +76,10 @@ def measure(profile: str, nodes: int, jobs: int) -> dict:
             if beyond:      # the runtime's own beats what any file can do (NVLS reduces in the switch)
                 row["default_beats_optimum_from"] = size_text(beyond[0])
             row["at_largest_optimum_pct"] = 100 * best.time_us(largest) / last.time_us
+            if last.busiest_util is not None:
+                # the time the busiest link needs for its bytes at the rate the runtime reaches on it, over the
+                # runtime optimum's: above 100 %, the schedule's split of the traffic over the links binds
+                row["at_largest_link_need_pct"] = 100 * last.busiest_util * last.time_us / best.time_us(largest)
         out["collectives"][p.kind] = row
     return out
 
@@ -122,11 +126,16 @@ def _at_largest_verdict(key: str, kind: str, row: dict) -> str:
         return "met"
     words = f"short by {_percent(1 - row['at_largest'] / TARGET_SPEEDUP)}"
     pct, busy = row.get("at_largest_optimum_pct"), row.get("at_largest_busiest")
+    need = row.get("at_largest_link_need_pct")
     if pct is not None:
         words += f": the file runs at {pct:.0f}% of the runtime optimum there"
         if busy is not None:
-            words += (f", its busiest link {100 * busy:.0f}% busy (the runtime's costs bind: copy rates, waits, the "
-                      "pipeline's fill)" if busy < 0.95 else f", its busiest link {100 * busy:.0f}% busy")
+            words += f", its busiest link {100 * busy:.0f}% busy"
+            if need is not None and need >= 100:
+                words += (f"; that link alone needs {need:.0f}% of the runtime optimum's time (the schedule's split "
+                          "of the traffic over the links binds)")
+            if busy < 0.95:
+                words += " (the runtime's costs bind: copy rates, waits, the pipeline's fill)"
     return words
 
 
