@@ -135,7 +135,8 @@ def _at_largest_verdict(key: str, kind: str, row: dict) -> str:
                 words += (f"; that link alone needs {need:.0f}% of the runtime optimum's time (the schedule's split "
                           "of the traffic over the links binds)")
             if busy < 0.95:
-                words += " (the runtime's costs bind: copy rates, waits, the pipeline's fill)"
+                words += (f"; the runtime's costs (copy rates, waits, the pipeline's fill) leave it idle "
+                          f"{100 * (1 - busy):.0f}% of the call")
     return words
 
 
