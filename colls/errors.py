@@ -36,11 +36,17 @@ class CollsError(Exception):
 
     The line is printable (control characters escaped) and at most about MAX_MESSAGE_CHARS long, so
     no input can reach the terminal in full through an error.
+
+    ``rule_family``: for a generated program the verifier refused, the family of the first rule it broke
+    (:data:`colls.verify.rules.RULES`), so a caller can tell a loader limit, which every layout of the same
+    schedule meets again, from an error of one layout.
     """
 
-    def __init__(self, message: str, *, source: str | None = None, key: str | None = None):
+    def __init__(self, message: str, *, source: str | None = None, key: str | None = None,
+                 rule_family: str | None = None):
         self.source = source
         self.key = key
+        self.rule_family = rule_family
         self.reason = printable(" ".join(str(message).split()), MAX_MESSAGE_CHARS)   # without source and key
         parts = []
         if source:

@@ -794,7 +794,7 @@ def _lower(topology: Topology, base: Schedule, method: str, tgt: Target, *, inst
             # a loader limit (elements, steps, threadblocks of a rank) is the same for the whole lowering,
             # which deals every rank as the orbit's (colls.lower): lowering every rank would meet it again
             # (2 copies of hier's allgather on 128 x dgx-a100: 4,895 elements a rank, 145 s to find it twice)
-            if getattr(e, "rule_family", None) == LIMITS:
+            if e.rule_family == LIMITS:
                 raise
             progress("lowering every rank (the program lowered by symmetry did not verify)")
     program = lowering.lower(schedule, tgt, opts)
@@ -836,10 +836,9 @@ def _finish(topology: Topology, base: Schedule, schedule: Schedule, program: Pro
         hint = ""
         if mode == "both" and "in-place" in str(first):
             hint = "; this schedule does not support in-place calls: pass --outofplace-only"
-        error = CollsError(f"{method} {collective.kind} on {topology.name}: the generated program does "
-                           f"not verify for {tgt.name}: {first}{hint}")
-        error.rule_family = RULES[first.rule].family if first.rule in RULES else None
-        raise error
+        raise CollsError(f"{method} {collective.kind} on {topology.name}: the generated program does not verify "
+                         f"for {tgt.name}: {first}{hint}",
+                         rule_family=RULES[first.rule].family if first.rule in RULES else None)
     facts = _facts(topology, schedule, program, tgt, method, mode, with_bound=not in_memory)
     return Compiled(topology, schedule, program, text, report, tgt, mode, facts, base=base, method=method)
 
