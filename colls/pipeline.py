@@ -117,7 +117,7 @@ class Compiled:
             line += ("; in-place calls run the runtime's own alltoall (--inplace-and-outofplace makes a file of "
                      "both, which stages blocks in scratch)")
         if info.get("method") == "trees" and not (f.get("chunks_note") or f.get("count_note")):  # they say why
-            line += f"; {info['k']} trees per GPU"
+            line += f"; {info['k']} tree{'s' if info['k'] != 1 else ''} per GPU"
             if "trees_per_gpu_tried" not in f:
                 line += " (as asked)"
             elif f.get("limited_by"):

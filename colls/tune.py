@@ -309,8 +309,8 @@ def _fastest_count(topology, collective, method, options: dict, unproved: dict, 
         others = ", ".join(str(c) for c in sorted(made))
         why = (f"{k}, the link model's best, is slower on the runtime" if stopped is None else
                f"{stopped} was slower, so more were not tried; the link model's best is {k}")
-        facts["count_note"] = (f"{chosen} trees per GPU: the fastest simulated of {others} at "
-                               f"{' and '.join(size_text(s) for s in SIZES)} ({why})")
+        facts["count_note"] = (f"{chosen} tree{'s' if chosen != 1 else ''} per GPU: the fastest simulated of "
+                               f"{others} at {' and '.join(size_text(s) for s in SIZES)} ({why})")
         facts["trees_per_gpu_tried"] = [k, chosen]
     return made[chosen], facts, timed.get(chosen), timers.get(chosen), scored.get(chosen)
 
