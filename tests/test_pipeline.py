@@ -114,6 +114,9 @@ def test_trees_written_file_reaches_97_percent_of_the_bound(cluster, kind):
     floor = 0.9 if "chunks_note" in result.facts else 0.95 if result.schedule.info.get("k_capped") else 0.97
     assert algbw >= floor * reference, (float(algbw), float(reference))
     assert algbw <= b.algbw  # never above the optimum: the model and the bound agree
+    k = result.schedule.info["k"]
+    if "trees per GPU" in result.summary() or "tree per GPU" in result.summary():
+        assert f" {k} tree{'s' if k != 1 else ''} per GPU" in result.summary()   # "1 tree", never "1 trees"
     if cluster.name.startswith("mi250"):
         _assert_fits_rccl(cluster, kind, algbw)
 
