@@ -29,12 +29,13 @@ What runs (``mscclRunInterpreter`` in the executor's ``msccl_kernel.cu``, ``mscc
   it.
 - **Costs of a message.** A threadblock that sends first spends the model's fixed per-message cost (the
   system-wide fence and the flag it posts to the peer, :class:`colls.runtimes.costs.Model`), then moves the
-  bytes; a slice that carries data pays it too (``postPeer`` fences whenever data was stored), so a large
-  Simple message pays it twice and one that fits its first slice once. A step that only receives, copies or reduces pays its bytes alone: the kernel's receive polls a flag
-  the sender has already posted (``waitPeer``) and posts its own without a fence (``postPeer`` fences only
-  for a send, ``prims_simple.h``), and local copies and reductions touch no flag at all. So a hop costs the
-  fixed cost once, as the runtime's own tuning charges it (``hwLat`` per ring step), whether its two ends
-  are one step (a ring's ``rrs``) or two (an ``s`` and an ``r``). A message that crosses the fabric is
+  bytes; each slice that carries data pays it (``postPeer`` fences whenever data was stored), so a large
+  Simple message pays it twice and one that fits its first slice once. A step that only receives, copies or
+  reduces pays its bytes alone: the kernel's receive polls a flag the sender has already posted (``waitPeer``)
+  and posts its own without a fence (``postPeer`` fences only for a send, ``prims_simple.h``), and local
+  copies and reductions touch no flag at all. So a hop costs the fixed cost once per slice, at its sending
+  end only, as the runtime's own tuning charges it (``hwLat`` per ring step), whether its two ends are one
+  step (a ring's ``rrs``) or two (an ``s`` and an ``r``). A message that crosses the fabric is
   a *flow* over the physical links of its route (:meth:`colls.topology.Topology.route`); the bytes on the
   wire are the data bytes divided by the protocol's data fraction (LL moves 8 data bytes per 16). Every
   link's bandwidth (times its class's ``efficiency``) is shared max-min fairly among the flows crossing it
